@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The whole test suite, set-up included: bash scripts/test.sh
+#   1. creates/refreshes the three test environments (scripts/setup_envs.sh; first run: ~15 min, then seconds)
+#   2. ruff, then pytest on everything that needs no sglang, in the sglang-free environment
+#   3. pytest tests/sglang against the REAL sglang 0.5.23 and 0.5.17
+# Any failure, and any skipped test, fails the run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENVS="${DSPARK_VENVS:-$HOME/.cache/sglang-dspark-plugin/venvs}"
+bash scripts/setup_envs.sh
+
+status=0
+echo "== ruff"
+"$VENVS/main/bin/ruff" check sglang_dspark_plugin tests scripts || status=1
+echo "== core (no sglang)"
+"$VENVS/main/bin/python" -m pytest tests --ignore=tests/sglang -q "$@" || status=1
+for v in 0.5.23 0.5.17; do
+  echo "== sglang $v"
+  DSPARK_EXPECT_SGLANG="$v" "$VENVS/sglang-$v/bin/python" -m pytest tests/sglang -q "$@" || status=1
+done
+exit $status

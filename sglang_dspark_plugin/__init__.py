@@ -1,0 +1,35 @@
+"""sglang-dspark-plugin: serve DFlash-family block drafters with the harvest convention they were trained for.
+
+Nothing here imports sglang; the sglang glue lives in ``sglang_dspark_plugin.sglang_plugin``.
+"""
+
+from .draft_config import DflashCfg, Signal
+from .errors import (
+    CensusConflictError,
+    DsparkHarvestError,
+    GeometryError,
+    HarvestEnvError,
+    InvalidCheckpointError,
+    UnsupportedCheckpointError,
+)
+from .geometry import RoundGeometry, build_manifest
+from .harvest import ENV_VAR, DsparkHarvest, Resolution
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DsparkHarvest",
+    "Resolution",
+    "ENV_VAR",
+    "DflashCfg",
+    "Signal",
+    "RoundGeometry",
+    "build_manifest",
+    "DsparkHarvestError",
+    "HarvestEnvError",
+    "CensusConflictError",
+    "UnsupportedCheckpointError",
+    "InvalidCheckpointError",
+    "GeometryError",
+    "__version__",
+]

@@ -1,0 +1,91 @@
+"""The draft config the rest of the project uses, as produced by the checkpoint census."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import CensusConflictError
+
+TIER_EXPLICIT = 1
+"""Explicit declarations: sample_from_anchor, query_zero_predicts_next, dspark_bonus_anchor, ..."""
+TIER_STRUCTURAL = 2
+"""Structural defaults: architecture, projector_type, Markov head, speculators_model_type, ..."""
+TIER_INFO = 0
+"""Recorded for the reader, casts no vote (e.g. markov_rank = 0, a DFlash2 candidate selector)."""
+
+VOTE_DFLASH = "dflash"
+VOTE_DSPARK = "dspark"
+
+
+@dataclass(frozen=True)
+class Signal:
+    """One piece of evidence about the training strategy."""
+
+    signal: str  # where it was read, e.g. "config.json:dflash_config.sample_from_anchor"
+    value: Any  # the value seen (JSON-able)
+    tier: int  # TIER_EXPLICIT, TIER_STRUCTURAL or TIER_INFO
+    vote: str | None  # "dflash", "dspark" or None (no vote)
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"signal": self.signal, "value": self.value, "tier": self.tier, "vote": self.vote}
+        if self.note:
+            out["note"] = self.note
+        return out
+
+
+@dataclass(frozen=True)
+class DflashCfg:
+    """A DFlash-family draft checkpoint as seen by the census (no tensor was loaded)."""
+
+    path: str
+    block_size: int
+    architecture: str | None = None
+    mask_token_id: int | None = None
+    target_layer_ids: tuple[int, ...] | None = None
+    num_target_layers: int | None = None
+    vocab_size: int | None = None
+    hidden_size: int | None = None
+    markov_rank: int | None = None
+    evidence: tuple[Signal, ...] = ()
+    deciding_tier: int | None = None  # None: no vote at all -> the historical default (mask-fill)
+    conflict: str | None = None  # set when the deciding tier disagrees; refused unless overridden
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def strategy_dspark(self) -> bool:
+        """True when the census says the DSpark (shifted) strategy; raises on contradictory evidence."""
+        if self.conflict:
+            raise CensusConflictError(self.conflict, where=self.path)
+        if self.deciding_tier is None:
+            return False
+        votes = {s.vote for s in self.evidence if s.tier == self.deciding_tier and s.vote}
+        return votes == {VOTE_DSPARK}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "architecture": self.architecture,
+            "block_size": self.block_size,
+            "mask_token_id": self.mask_token_id,
+            "target_layer_ids": None if self.target_layer_ids is None else list(self.target_layer_ids),
+            "num_target_layers": self.num_target_layers,
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "markov_rank": self.markov_rank,
+            "deciding_tier": self.deciding_tier,
+            "conflict": self.conflict,
+            "evidence": [s.to_json() for s in self.evidence],
+        }
+
+
+__all__ = [
+    "Signal",
+    "DflashCfg",
+    "TIER_EXPLICIT",
+    "TIER_STRUCTURAL",
+    "TIER_INFO",
+    "VOTE_DFLASH",
+    "VOTE_DSPARK",
+]

@@ -1,0 +1,63 @@
+"""One small hierarchy of typed errors.
+
+Every error carries a ``kind`` (the machine-readable class of refusal used by the CLI's JSON output)
+and a message that names what was wrong, where, and how to fix it.
+"""
+
+from __future__ import annotations
+
+
+class DsparkHarvestError(Exception):
+    """Base class of every refusal raised by this package."""
+
+    kind: str = "error"
+
+    def __init__(self, message: str, *, where: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.where = where
+
+    def to_json(self) -> dict[str, str]:
+        """The ``{"kind", "message"}`` object printed by ``--json`` refusals."""
+        out = {"kind": self.kind, "message": self.message}
+        if self.where:
+            out["where"] = self.where
+        return out
+
+
+class HarvestEnvError(DsparkHarvestError, ValueError):
+    """``MEMRA_DSPARK_HARVEST`` (or another explicit harvest value) is not a known convention."""
+
+    kind = "env"
+
+
+class CensusConflictError(DsparkHarvestError):
+    """The checkpoint's own signals disagree about its training strategy."""
+
+    kind = "conflict"
+
+
+class UnsupportedCheckpointError(DsparkHarvestError):
+    """The checkpoint is not a drafter this plugin can serve (Domino, not DFlash-family, ...)."""
+
+    kind = "unsupported"
+
+
+class InvalidCheckpointError(DsparkHarvestError, ValueError):
+    """Missing, malformed or out-of-range input: a config, a header, a block width, a path."""
+
+    kind = "invalid"
+
+
+class GeometryError(InvalidCheckpointError):
+    """A block width that yields no draft, or a width that contradicts the resolved geometry."""
+
+
+__all__ = [
+    "DsparkHarvestError",
+    "HarvestEnvError",
+    "CensusConflictError",
+    "UnsupportedCheckpointError",
+    "InvalidCheckpointError",
+    "GeometryError",
+]

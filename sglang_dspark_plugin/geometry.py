@@ -1,0 +1,121 @@
+"""Round geometry and the geometry manifest.
+
+Invariant, for every block size and both conventions: the harvested rows' trained offsets are
+exactly 1..gamma, in order (draft j predicts anchor+j).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import metadata
+from typing import TYPE_CHECKING, Any
+
+from .harvest import ENV_VAR, DsparkHarvest
+
+if TYPE_CHECKING:
+    from .draft_config import DflashCfg
+    from .harvest import Resolution
+
+MANIFEST_SCHEMA = "sglang-dspark-plugin/geometry-manifest/v1"
+
+
+@dataclass(frozen=True)
+class RoundGeometry:
+    """The shape of one speculative round for a harvest convention and a block size."""
+
+    harvest: DsparkHarvest
+    block_size: int
+
+    def __post_init__(self) -> None:
+        self.harvest.n_drafts(self.block_size)  # refuses a block that yields no draft
+
+    @property
+    def first_row(self) -> int:
+        return self.harvest.first_row()
+
+    @property
+    def gamma(self) -> int:
+        """Drafts per round."""
+        return self.harvest.n_drafts(self.block_size)
+
+    @property
+    def n_drafts(self) -> int:
+        return self.gamma
+
+    @property
+    def verify_window(self) -> int:
+        """Tokens the target verifies per round: ``[anchor, d1..d_gamma]``."""
+        return self.gamma + 1
+
+    @property
+    def harvested_rows(self) -> tuple[int, ...]:
+        return tuple(range(self.first_row, self.first_row + self.gamma))
+
+    @property
+    def trained_offsets(self) -> tuple[int, ...]:
+        return tuple(self.harvest.trained_offset_of_row(r) for r in self.harvested_rows)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "harvest": self.harvest.name(),
+            "block_size": self.block_size,
+            "first_row": self.first_row,
+            "n_drafts": self.gamma,
+            "gamma": self.gamma,
+            "verify_window": self.verify_window,
+            "harvested_rows": list(self.harvested_rows),
+            "trained_offsets": list(self.trained_offsets),
+        }
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def build_manifest(
+    geometry: RoundGeometry,
+    resolution: Resolution,
+    cfg: DflashCfg | None = None,
+    *,
+    producer: str,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The geometry record plus its provenance, identical in shape for the plugin and the engine."""
+    manifest: dict[str, Any] = {
+        "schema": MANIFEST_SCHEMA,
+        "producer": producer,  # "sglang-plugin" or "reference-engine"
+        **geometry.to_json(),
+        "source": resolution.source,
+        "env_var": ENV_VAR,
+        "env_value": resolution.env_value,
+        "census_harvest": None if resolution.census_harvest is None else resolution.census_harvest.name(),
+        "warnings": list(resolution.warnings),
+        "evidence": [s.to_json() for s in resolution.evidence],
+        "checkpoint": None if cfg is None else cfg.path,
+        "architecture": None if cfg is None else cfg.architecture,
+        "mask_token_id": None if cfg is None else cfg.mask_token_id,
+        "target_layer_ids": None
+        if cfg is None or cfg.target_layer_ids is None
+        else list(cfg.target_layer_ids),
+        "versions": {
+            "sglang-dspark-plugin": _version("sglang-dspark-plugin"),
+            "sglang": _version("sglang"),
+            "torch": _version("torch"),
+            "transformers": _version("transformers"),
+        },
+    }
+    if extra:
+        manifest.update(extra)
+    return manifest
+
+
+def manifest_json(manifest: dict[str, Any]) -> str:
+    """Stable serialization (sorted keys) so two manifests diff field by field."""
+    return json.dumps(manifest, sort_keys=True, indent=2, default=str)
+
+
+__all__ = ["RoundGeometry", "build_manifest", "manifest_json", "MANIFEST_SCHEMA"]

@@ -1,0 +1,26 @@
+"""Shared test configuration: a skipped test fails the run (a missing dependency must not pass silently)."""
+
+from __future__ import annotations
+
+import pytest
+
+_skipped: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped:
+        _skipped.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _skipped and exitstatus == 0:
+        session.exitstatus = 1
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ANN001
+    if _skipped:
+        terminalreporter.write_line(
+            f"FAILED: {len(_skipped)} test(s) skipped; this suite treats a skip as a failure "
+            "(install what is missing with scripts/setup_envs.sh): " + ", ".join(_skipped),
+            red=True,
+        )
