@@ -53,6 +53,12 @@ class GeometryError(InvalidCheckpointError):
     """A block width that yields no draft, or a width that contradicts the resolved geometry."""
 
 
+class SettingsError(DsparkHarvestError, ValueError):
+    """A ``MEMRA_DSPARK_*`` telemetry setting (log level, summary cadence, alarm) has a bad value."""
+
+    kind = "env"
+
+
 __all__ = [
     "DsparkHarvestError",
     "HarvestEnvError",
@@ -60,4 +66,5 @@ __all__ = [
     "UnsupportedCheckpointError",
     "InvalidCheckpointError",
     "GeometryError",
+    "SettingsError",
 ]

@@ -1,0 +1,685 @@
+"""Accept-length telemetry: one record per verify round, a periodic summary, metrics and an alarm.
+
+A wrong harvest convention never crashes anything: acceptance just collapses toward 1.0. This module is
+how a served run notices. The sglang plugin calls ``AcceptTelemetry.on_verify_complete`` from the
+worker's ``on_verify_complete_cpu`` hook with the per-request accepted-draft counts sglang already holds
+on the host (no device synchronisation); the reference engine feeds it the same way.
+
+Conventions (the same as sglang's and vLLM's):
+
+* accept length of one request in one round = accepted drafts + 1 (the bonus token), in [1, gamma + 1];
+* mean accept length = 1 + accepted drafts / request-rounds;
+* per-position rate k = request-rounds whose draft k was accepted / request-rounds (k = 1..gamma).
+
+Nothing here imports sglang; ``prometheus_client`` is imported lazily, only when metrics are asked for.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .errors import GeometryError, HarvestEnvError, SettingsError
+from .harvest import ENV_VAR as HARVEST_ENV_VAR
+from .harvest import DsparkHarvest
+
+if TYPE_CHECKING:
+    from .draft_config import Signal
+    from .harvest import Resolution
+
+ACCEPT_LOGGER = "sglang_dspark_plugin.accept"
+"""The dedicated logger: per-round lines, summaries, the alarm and geometry errors."""
+
+ENV_LOG_LEVEL = "MEMRA_DSPARK_ACCEPT_LOG_LEVEL"
+ENV_SUMMARY_EVERY = "MEMRA_DSPARK_SUMMARY_EVERY"
+ENV_ALARM_THRESHOLD = "MEMRA_DSPARK_ALARM_THRESHOLD"
+ENV_ALARM_WARMUP = "MEMRA_DSPARK_ALARM_WARMUP"
+ENV_ALARM_WINDOW = "MEMRA_DSPARK_ALARM_WINDOW"
+
+# Per-round lines at INFO: sglang's default log level shows them, and DEBUG/OFF hide them cheaply.
+DEFAULT_LOG_LEVEL = logging.INFO
+# Every 100 rounds: a few seconds of serving, about 2.5x sglang's own decode-log interval (40).
+DEFAULT_SUMMARY_EVERY = 100
+# A matched drafter gives 2.5-4 (the lowest matched value measured: 2.41); a mismatched harvest gives
+# 1.0-1.5 (1.06, ~1.1, 1.38, 1.43, 1.53 measured). 1.6 sits above every collapse and well below health.
+DEFAULT_ALARM_THRESHOLD = 1.6
+# The first rounds (cold caches, CUDA-graph capture, short prompts) say little about the drafter.
+DEFAULT_ALARM_WARMUP = 100
+# 500 rounds: enough request-rounds for a stable mean, and at most one WARNING every ~5-15 s of decoding.
+DEFAULT_ALARM_WINDOW = 500
+# Bounded memory: the last 1024 round records (a few hundred KB at batch 64).
+DEFAULT_RECORD_CAPACITY = 1024
+
+_LEVEL_NAMES = {
+    "DEBUG": logging.DEBUG,
+    "INFO": logging.INFO,
+    "WARNING": logging.WARNING,
+    "WARN": logging.WARNING,
+    "ERROR": logging.ERROR,
+    "CRITICAL": logging.CRITICAL,
+}
+_OFF_NAMES = ("OFF", "NONE")
+
+
+def _level_name(level: int | None) -> str:
+    return "OFF" if level is None else logging.getLevelName(level)
+
+
+def parse_log_level(raw: str, var: str = ENV_LOG_LEVEL) -> int | None:
+    """Parse a per-round log level: a level name, a number 1..50, or ``OFF`` (returns ``None``)."""
+    text = raw.strip().upper()
+    if text in _OFF_NAMES:
+        return None
+    if text in _LEVEL_NAMES:
+        return _LEVEL_NAMES[text]
+    if text.isdigit() and 1 <= int(text) <= 50:
+        return int(text)
+    raise SettingsError(
+        f"{var}={raw!r} is not a log level; accepted values: DEBUG, INFO, WARNING, ERROR, CRITICAL, "
+        f"OFF (case-insensitive) or a number 1..50; unset it for the default "
+        f"({_level_name(DEFAULT_LOG_LEVEL)}).",
+        where=var,
+    )
+
+
+def _parse_int(raw: str, var: str, minimum: int, default: int, off_means: int | None = None) -> int:
+    text = raw.strip()
+    if off_means is not None and text.upper() in _OFF_NAMES:
+        return off_means
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        off = f", or OFF (= {off_means})" if off_means is not None else ""
+        raise SettingsError(
+            f"{var}={raw!r} is not an integer >= {minimum}; accepted values: an integer >= {minimum}"
+            f"{off}; unset it for the default ({default}).",
+            where=var,
+        )
+    return value
+
+
+def _parse_threshold(raw: str, var: str = ENV_ALARM_THRESHOLD) -> float:
+    text = raw.strip()
+    if text.upper() in _OFF_NAMES:
+        return 0.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise SettingsError(
+            f"{var}={raw!r} is not a mean accept length; accepted values: a number >= 0 (for example "
+            f"1.6; accept lengths run from 1.0 to gamma+1), or 0 / OFF to disable the alarm; unset it "
+            f"for the default ({DEFAULT_ALARM_THRESHOLD}).",
+            where=var,
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class TelemetrySettings:
+    """How loud the accept-length telemetry is, and when its alarm fires."""
+
+    accept_log_level: int | None = DEFAULT_LOG_LEVEL  # level of the per-round line; None = OFF
+    summary_every: int = DEFAULT_SUMMARY_EVERY  # rounds between summary lines; 0 = no summary
+    alarm_threshold: float = DEFAULT_ALARM_THRESHOLD  # rolling mean accept length below this alarms
+    alarm_warmup: int = DEFAULT_ALARM_WARMUP  # rounds ignored before the rolling window starts
+    alarm_window: int = DEFAULT_ALARM_WINDOW  # rolling window in rounds; at most one alarm per window
+    record_capacity: int = DEFAULT_RECORD_CAPACITY  # round records kept (a ring buffer)
+
+    def __post_init__(self) -> None:
+        checks = (
+            ("accept_log_level", self.accept_log_level is None or 1 <= self.accept_log_level <= 50,
+             "a logging level 1..50 or None (OFF)"),
+            ("summary_every", self.summary_every >= 0, "an integer >= 0 (0 = no summary)"),
+            ("alarm_threshold", math.isfinite(self.alarm_threshold) and self.alarm_threshold >= 0,
+             "a number >= 0 (0 = no alarm)"),
+            ("alarm_warmup", self.alarm_warmup >= 0, "an integer >= 0"),
+            ("alarm_window", self.alarm_window >= 1, "an integer >= 1"),
+            ("record_capacity", self.record_capacity >= 1, "an integer >= 1"),
+        )
+        for name, ok, expected in checks:
+            if not ok:
+                raise SettingsError(
+                    f"TelemetrySettings.{name}={getattr(self, name)!r} is out of range; expected {expected}.",
+                    where=f"TelemetrySettings.{name}",
+                )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> TelemetrySettings:
+        """Read the ``MEMRA_DSPARK_*`` telemetry variables; unset ones keep their defaults.
+
+        A bad value is refused with a ``SettingsError`` naming the variable, the value and the
+        accepted values, never silently replaced by a default.
+        """
+        env = os.environ if environ is None else environ
+        kwargs: dict[str, Any] = {}
+        if (raw := env.get(ENV_LOG_LEVEL)) is not None:
+            kwargs["accept_log_level"] = parse_log_level(raw)
+        if (raw := env.get(ENV_SUMMARY_EVERY)) is not None:
+            kwargs["summary_every"] = _parse_int(
+                raw, ENV_SUMMARY_EVERY, 0, DEFAULT_SUMMARY_EVERY, off_means=0
+            )
+        if (raw := env.get(ENV_ALARM_THRESHOLD)) is not None:
+            kwargs["alarm_threshold"] = _parse_threshold(raw)
+        if (raw := env.get(ENV_ALARM_WARMUP)) is not None:
+            kwargs["alarm_warmup"] = _parse_int(raw, ENV_ALARM_WARMUP, 0, DEFAULT_ALARM_WARMUP)
+        if (raw := env.get(ENV_ALARM_WINDOW)) is not None:
+            kwargs["alarm_window"] = _parse_int(raw, ENV_ALARM_WINDOW, 1, DEFAULT_ALARM_WINDOW)
+        return cls(**kwargs)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-able form (the level by name)."""
+        return {
+            "accept_log_level": _level_name(self.accept_log_level),
+            "summary_every": self.summary_every,
+            "alarm_threshold": self.alarm_threshold,
+            "alarm_warmup": self.alarm_warmup,
+            "alarm_window": self.alarm_window,
+            "record_capacity": self.record_capacity,
+        }
+
+
+@dataclass(slots=True)
+class RoundRecord:
+    """One verify round: per-request accept lengths (accepted drafts + 1) and their mean."""
+
+    round_index: int
+    batch_size: int
+    accept_lengths: list[int]
+    mean: float
+    valid: bool = True  # False when a count was outside [0, gamma]; such rounds stay out of the stats
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return {
+            "round_index": self.round_index,
+            "batch_size": self.batch_size,
+            "accept_lengths": list(self.accept_lengths),
+            "mean": self.mean,
+            "valid": self.valid,
+        }
+
+
+@dataclass(frozen=True)
+class Alarm:
+    """One fired alarm."""
+
+    round_index: int
+    window_mean: float
+    threshold: float
+    message: str = field(repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "round_index": self.round_index,
+            "window_mean": self.window_mean,
+            "threshold": self.threshold,
+            "message": self.message,
+        }
+
+
+def _harvest_name(harvest: DsparkHarvest | str) -> str:
+    if isinstance(harvest, DsparkHarvest):
+        return harvest.name()
+    member = DsparkHarvest.from_name(harvest)
+    if member is None:
+        raise HarvestEnvError(
+            f"telemetry harvest={harvest!r} is not a harvest convention; pass a DsparkHarvest or one of "
+            f"{', '.join(repr(m.value) for m in DsparkHarvest)}.",
+            where="AcceptTelemetry(harvest=...)",
+        )
+    return member.name()
+
+
+class AcceptTelemetry:
+    """Per-round accept-length telemetry for one served drafter (one per process / rank)."""
+
+    def __init__(
+        self,
+        gamma: int,
+        harvest: DsparkHarvest | str,
+        source: str,
+        evidence: Sequence[Signal] = (),
+        settings: TelemetrySettings | None = None,
+        metrics: PrometheusMetrics | None = None,
+        clock: Callable[[], float] | None = None,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
+            raise GeometryError(
+                f"telemetry gamma={gamma!r} is not a positive integer; pass RoundGeometry.gamma "
+                "(drafts per round = n_drafts(block_size)).",
+                where="AcceptTelemetry(gamma=...)",
+            )
+        self.gamma = gamma
+        self.harvest = _harvest_name(harvest)
+        self.source = source
+        self.evidence = tuple(evidence)
+        self.settings = settings if settings is not None else TelemetrySettings.from_env()
+        self.metrics = metrics
+        self.logger = logger if logger is not None else logging.getLogger(ACCEPT_LOGGER)
+        self._clock = clock if clock is not None else time.monotonic
+        self._tag = f"{self.harvest}({self.source})"
+
+        s = self.settings
+        self._round_level = s.accept_log_level
+        self._summary_every = s.summary_every
+        # Capped at 1 + gamma/2 so a tiny block (gamma 1: at most 2.0) is not flagged for its own ceiling.
+        self.alarm_threshold = min(s.alarm_threshold, 1.0 + gamma / 2.0)
+        self._warmup = s.alarm_warmup
+        self._window = s.alarm_window
+        self._alarm_on = self.alarm_threshold > 0
+
+        self._records: deque[RoundRecord] = deque(maxlen=s.record_capacity)
+        self._round = 0  # every call, valid or not: the round index
+        self._rounds = 0  # valid rounds (in the statistics)
+        self._request_rounds = 0
+        self._accepted = 0  # accepted drafts (bonus tokens not included)
+        self._hist = [0] * (gamma + 1)  # request-rounds by accepted-draft count 0..gamma
+        self.invalid_rounds = 0
+        self._invalid_reported = False
+        # The rolling window: ring buffers of per-round accepted tokens (bonus included) and batch sizes.
+        self._ring_tokens = [0] * self._window
+        self._ring_reqs = [0] * self._window
+        self._ring_pos = 0
+        self._ring_filled = 0
+        self._win_tokens = 0
+        self._win_reqs = 0
+        self._last_alarm_round = -self._window
+        self.alarms: list[Alarm] = []  # the 16 most recent
+        self.alarms_fired = 0
+        self._t0: float | None = None
+        self._last_summary = (0, 0, 0)  # (rounds, request_rounds, accepted) at the previous summary
+        if metrics is not None:
+            metrics.set_harvest(self.harvest, self.source)
+
+    @classmethod
+    def from_resolution(
+        cls,
+        resolution: Resolution,
+        gamma: int,
+        settings: TelemetrySettings | None = None,
+        metrics: PrometheusMetrics | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> AcceptTelemetry:
+        """Telemetry for a resolved harvest (``DsparkHarvest.explain``) and its round geometry."""
+        return cls(
+            gamma, resolution.harvest, resolution.source, resolution.evidence, settings, metrics, clock
+        )
+
+    # ----------------------------------------------------------------- the per-round hook
+
+    def on_verify_complete(self, num_correct_drafts_per_req: Sequence[int]) -> RoundRecord:
+        """Record one verify round from the per-request accepted-draft counts (host ints, no sync).
+
+        Counts outside [0, gamma] mean the scheduler's verify width disagrees with this geometry: the
+        round is logged at ERROR (once) and kept out of the statistics; serving is never interrupted.
+        """
+        counts = num_correct_drafts_per_req
+        self._round += 1
+        index = self._round
+        bs = len(counts)
+        if bs == 0:
+            record = RoundRecord(index, 0, [], 0.0)
+            self._records.append(record)
+            return record
+        if self._t0 is None:
+            self._t0 = self._clock()
+        try:
+            accepted = sum(counts)
+            valid = min(counts) >= 0 and max(counts) <= self.gamma
+        except TypeError:
+            valid = False
+        if valid:
+            hist = self._hist
+            try:
+                for n in counts:
+                    hist[n] += 1  # a float count passes min/max but raises TypeError here
+            except TypeError:
+                for n in counts:  # undo the increments made before the first non-integer count
+                    try:
+                        hist[n] -= 1
+                    except TypeError:
+                        break
+                valid = False
+        if not valid:
+            return self._invalid_round(index, counts)
+
+        accept_lengths = [n + 1 for n in counts]
+        mean = 1.0 + accepted / bs
+        record = RoundRecord(index, bs, accept_lengths, mean)
+        self._records.append(record)
+        self._rounds += 1
+        self._request_rounds += bs
+        self._accepted += accepted
+
+        level = self._round_level
+        if level is not None and self.logger.isEnabledFor(level):
+            self.logger.log(
+                level,
+                "dspark accept round=%d bs=%d accept_len=[%s] mean=%.2f harvest=%s",
+                index, bs, ",".join(map(str, accept_lengths)), mean, self._tag,
+            )
+        if self._alarm_on and self._rounds > self._warmup:
+            self._roll_window(accepted + bs, bs, index)
+        if self._summary_every and index % self._summary_every == 0:
+            self.log_summary()
+        if self.metrics is not None:
+            self.metrics.maybe_sync(self)
+        return record
+
+    def _roll_window(self, tokens: int, bs: int, index: int) -> None:
+        pos = self._ring_pos
+        self._win_tokens += tokens - self._ring_tokens[pos]
+        self._win_reqs += bs - self._ring_reqs[pos]
+        self._ring_tokens[pos] = tokens
+        self._ring_reqs[pos] = bs
+        self._ring_pos = (pos + 1) % self._window
+        if self._ring_filled < self._window:
+            self._ring_filled += 1
+            if self._ring_filled < self._window:
+                return
+        if (
+            self._win_tokens < self.alarm_threshold * self._win_reqs
+            and self._rounds - self._last_alarm_round >= self._window
+        ):
+            self._fire_alarm(index)
+
+    def _invalid_round(self, index: int, counts: Sequence[Any]) -> RoundRecord:
+        self.invalid_rounds += 1
+        bad = [n for n in counts if not isinstance(n, int) or n < 0 or n > self.gamma][:8]
+        if not self._invalid_reported:
+            self._invalid_reported = True
+            self.logger.error(
+                "dspark accept round=%d: accepted-draft counts %s are not integers in [0, gamma=%d] "
+                "for the %s harvest (source=%s). The scheduler's verify width does not match this geometry: "
+                "speculative_num_draft_tokens must be gamma+1=%d. This round and any like it are left "
+                "out of the accept-length statistics (reported once; count in summary 'invalid_rounds'). "
+                "Check --speculative-num-draft-tokens and the drafter's block_size.",
+                index, bad, self.gamma, self.harvest, self.source, self.gamma + 1,
+            )
+        lengths = [n + 1 if isinstance(n, int) else -1 for n in counts]
+        record = RoundRecord(index, len(counts), lengths, math.nan, valid=False)
+        self._records.append(record)
+        return record
+
+    # ----------------------------------------------------------------- the alarm
+
+    def _evidence_text(self) -> str:
+        votes = [f"{s.signal}={s.value!r} -> {s.vote}" for s in self.evidence if s.vote is not None]
+        if votes:
+            return "; ".join(votes)
+        return "none (no census signal: the historical default, dflash)"
+
+    def alarm_message(self, window_mean: float, window_rounds: int, window_reqs: int) -> str:
+        """The alarm text: what was seen, the harvest, its source and evidence, the cause, the fix."""
+        other = "dflash" if self.harvest == "dspark" else "dspark"
+        if self.source == "env":
+            fix = (
+                f"Try {HARVEST_ENV_VAR}={other}, or unset {HARVEST_ENV_VAR} to let the checkpoint census "
+                "decide, and restart"
+            )
+        else:
+            fix = f"Try {HARVEST_ENV_VAR}={other} and restart"
+        return (
+            f"dspark accept ALARM: mean accept length {window_mean:.2f} over the last {window_rounds} rounds "
+            f"({window_reqs} request-rounds) is below {self.alarm_threshold:.2f} (gamma={self.gamma}, "
+            f"max {self.gamma + 1}). harvest={self.harvest} source={self.source} "
+            f"evidence: {self._evidence_text()}. Likely cause: drafts harvested under the wrong convention: "
+            f"acceptance collapses toward 1.0 while outputs stay correct. {fix}; if acceptance stays low "
+            f"under both harvests, the drafter does not fit this target or workload."
+        )
+
+    def _fire_alarm(self, index: int) -> None:
+        window_mean = self._win_tokens / self._win_reqs
+        message = self.alarm_message(window_mean, self._window, self._win_reqs)
+        self._last_alarm_round = self._rounds
+        self.alarms.append(Alarm(index, window_mean, self.alarm_threshold, message))
+        del self.alarms[:-16]  # bounded: the 16 most recent alarms
+        self.alarms_fired += 1
+        self.logger.warning("%s", message)
+
+    # ----------------------------------------------------------------- statistics
+
+    @property
+    def records(self) -> list[RoundRecord]:
+        """The most recent round records (at most ``settings.record_capacity``), oldest first."""
+        return list(self._records)
+
+    @property
+    def rounds(self) -> int:
+        """Valid verify rounds recorded (rounds with an out-of-range count are not included)."""
+        return self._rounds
+
+    @property
+    def request_rounds(self) -> int:
+        """Sum of batch sizes over the valid rounds."""
+        return self._request_rounds
+
+    @property
+    def accepted_drafts(self) -> int:
+        """Accepted draft tokens over the valid rounds (bonus tokens not included)."""
+        return self._accepted
+
+    def accepted_per_position(self) -> list[int]:
+        """Request-rounds in which draft position k (k = 1..gamma) was accepted."""
+        out = [0] * self.gamma
+        running = 0
+        for k in range(self.gamma, 0, -1):
+            running += self._hist[k]  # draft k is accepted iff the count is >= k
+            out[k - 1] = running
+        return out
+
+    def per_position_rates(self) -> list[float] | None:
+        """Accepted at position k / request-rounds, k = 1..gamma (vLLM's convention); None before data."""
+        if self._request_rounds == 0:
+            return None
+        return [a / self._request_rounds for a in self.accepted_per_position()]
+
+    def mean_accept_length(self) -> float | None:
+        """1 + accepted drafts / request-rounds (bonus included); None before any valid round."""
+        if self._request_rounds == 0:
+            return None
+        return 1.0 + self._accepted / self._request_rounds
+
+    def window_mean(self) -> float | None:
+        """The rolling-window mean accept length the alarm watches; None until warm-up has passed."""
+        if self._win_reqs == 0:
+            return None
+        return self._win_tokens / self._win_reqs
+
+    def summary(self) -> dict[str, Any]:
+        """Everything so far, JSON-able."""
+        if self.metrics is not None:
+            self.metrics.sync(self)
+        elapsed = None if self._t0 is None else self._clock() - self._t0
+        return {
+            "harvest": self.harvest,
+            "source": self.source,
+            "gamma": self.gamma,
+            "rounds": self._rounds,
+            "request_rounds": self._request_rounds,
+            "accepted_drafts": self._accepted,
+            "mean_accept_length": self.mean_accept_length(),
+            "per_position": self.per_position_rates(),
+            "accepted_per_position": self.accepted_per_position(),
+            "accept_length_histogram": {str(n + 1): c for n, c in enumerate(self._hist)},
+            "window_mean_accept_length": self.window_mean(),
+            "alarm_threshold": self.alarm_threshold,
+            "alarms_fired": self.alarms_fired,
+            "alarms": [a.to_json() for a in self.alarms],
+            "invalid_rounds": self.invalid_rounds,
+            "elapsed_s": elapsed,
+            "settings": self.settings.to_json(),
+        }
+
+    def summary_line(self) -> str:
+        """The periodic summary line (cumulative and since the previous summary)."""
+        rounds0, reqs0, acc0 = self._last_summary
+        d_reqs = self._request_rounds - reqs0
+        interval = "n/a" if d_reqs == 0 else f"{1.0 + (self._accepted - acc0) / d_reqs:.2f}"
+        mean = self.mean_accept_length()
+        rates = self.per_position_rates() or []
+        window = self.window_mean()
+        elapsed = None if self._t0 is None else self._clock() - self._t0
+        rps = "n/a" if not elapsed else f"{self._rounds / elapsed:.1f}"
+        return (
+            f"dspark accept summary rounds={self._rounds} request_rounds={self._request_rounds} "
+            f"mean_accept_len={'n/a' if mean is None else f'{mean:.2f}'} "
+            f"last_{self._rounds - rounds0}_rounds={interval} "
+            f"window_mean={'n/a' if window is None else f'{window:.2f}'} "
+            f"per_position=[{','.join(f'{r:.2f}' for r in rates)}] "
+            f"harvest={self._tag} gamma={self.gamma} rounds_per_s={rps} "
+            f"alarms={self.alarms_fired} invalid_rounds={self.invalid_rounds}"
+        )
+
+    def log_summary(self) -> None:
+        """Log the summary line at INFO (independent of the per-round level)."""
+        if self.logger.isEnabledFor(logging.INFO):
+            self.logger.info("%s", self.summary_line())
+        self._last_summary = (self._rounds, self._request_rounds, self._accepted)
+
+    def describe(self) -> str:
+        """One startup line: the harvest, gamma and the telemetry settings."""
+        s = self.settings
+        alarm = (
+            "off" if not self._alarm_on
+            else f"mean<{self.alarm_threshold:.2f} over {s.alarm_window} rounds after {s.alarm_warmup}"
+        )
+        return (
+            f"dspark accept telemetry: harvest={self._tag} gamma={self.gamma} "
+            f"per_round_level={_level_name(s.accept_log_level)} summary_every={s.summary_every} "
+            f"alarm={alarm} metrics={'on' if self.metrics is not None else 'off'}"
+        )
+
+
+class PrometheusMetrics:
+    """Prometheus counters for the accept telemetry (only when sglang runs with ``--enable-metrics``).
+
+    ``prometheus_client`` is sglang's dependency, not this package's: it is imported here, lazily.
+    Counters are pushed as deltas every ``sync_every`` rounds (and on ``summary()``), so the per-round
+    path pays for no lock or multiprocess file write.
+    """
+
+    def __init__(
+        self,
+        gamma: int,
+        registry: Any = None,
+        labels: Mapping[str, str] | None = None,
+        sync_every: int = 32,
+    ) -> None:
+        try:
+            import prometheus_client
+        except ImportError as exc:
+            raise SettingsError(
+                "Prometheus metrics were asked for (sglang --enable-metrics) but prometheus_client is not "
+                "installed in this environment; install it (pip install prometheus_client; sglang "
+                "depends on it) or run without --enable-metrics.",
+                where="prometheus_client",
+            ) from exc
+        if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
+            raise GeometryError(
+                f"metrics gamma={gamma!r} is not a positive integer; pass RoundGeometry.gamma.",
+                where="PrometheusMetrics(gamma=...)",
+            )
+        self.gamma = gamma
+        self.sync_every = max(1, int(sync_every))
+        const = dict(labels or {})
+        names = list(const)
+        kw: dict[str, Any] = {} if registry is None else {"registry": registry}
+        counter = prometheus_client.Counter
+
+        def make(name: str, doc: str, extra: tuple[str, ...] = ()) -> Any:
+            return counter(name, doc, names + list(extra), **kw)
+
+        self._rounds = make("dspark_harvest_rounds", "Verify rounds recorded by the DSPARK_HARVEST plugin.")
+        self._request_rounds = make(
+            "dspark_harvest_request_rounds", "Request-rounds (sum of batch sizes over verify rounds)."
+        )
+        self._accepted_tokens = make(
+            "dspark_harvest_accepted_tokens",
+            "Accepted tokens, bonus included: accept length = accepted_tokens / request_rounds.",
+        )
+        self._accepted_drafts = make("dspark_harvest_accepted_drafts", "Accepted draft tokens (no bonus).")
+        self._position = make(
+            "dspark_harvest_position_accepted",
+            "Request-rounds in which draft position k was accepted: rate = this / request_rounds.",
+            ("position",),
+        )
+        self._alarms = make("dspark_harvest_alarms", "Low accept-length alarms fired.")
+        self._invalid = make("dspark_harvest_invalid_rounds", "Rounds with a count outside [0, gamma].")
+        # A Gauge at 1, not an Info: sglang runs prometheus_client in multiprocess mode, which has no Info.
+        self._info = prometheus_client.Gauge(
+            "dspark_harvest_info",
+            "The harvest convention served and where it came from (value is always 1).",
+            [*names, "harvest", "source"],
+            multiprocess_mode="max",
+            **kw,
+        )
+        lv = [const[n] for n in names]
+        self._c_rounds = self._rounds.labels(*lv) if names else self._rounds
+        self._c_reqs = self._request_rounds.labels(*lv) if names else self._request_rounds
+        self._c_tokens = self._accepted_tokens.labels(*lv) if names else self._accepted_tokens
+        self._c_drafts = self._accepted_drafts.labels(*lv) if names else self._accepted_drafts
+        self._c_alarms = self._alarms.labels(*lv) if names else self._alarms
+        self._c_invalid = self._invalid.labels(*lv) if names else self._invalid
+        self._c_position = [self._position.labels(*lv, str(k)) for k in range(1, gamma + 1)]
+        self._label_values = lv
+        self._pushed = (0, 0, 0, [0] * gamma, 0, 0)
+
+    def set_harvest(self, harvest: str, source: str) -> None:
+        """Set the harvest info gauge (one label set at 1)."""
+        self._info.labels(*self._label_values, harvest, source).set(1)
+
+    def maybe_sync(self, telemetry: AcceptTelemetry) -> None:
+        """Called every round; pushes every ``sync_every`` valid rounds."""
+        if telemetry.rounds % self.sync_every == 0:
+            self.sync(telemetry)
+
+    def sync(self, telemetry: AcceptTelemetry) -> None:
+        """Push the telemetry's totals as counter increments since the previous sync."""
+        if telemetry.gamma != self.gamma:
+            raise GeometryError(
+                f"metrics were built for gamma={self.gamma} but the telemetry has gamma={telemetry.gamma}; "
+                "build PrometheusMetrics with the same RoundGeometry.gamma."
+            )
+        rounds, reqs, drafts, positions, alarms, invalid = self._pushed
+        now_positions = telemetry.accepted_per_position()
+        now_alarms = telemetry.alarms_fired
+        self._c_rounds.inc(telemetry.rounds - rounds)
+        self._c_reqs.inc(telemetry.request_rounds - reqs)
+        self._c_drafts.inc(telemetry.accepted_drafts - drafts)
+        self._c_tokens.inc(telemetry.accepted_drafts - drafts + telemetry.request_rounds - reqs)
+        for child, now, before in zip(self._c_position, now_positions, positions, strict=True):
+            child.inc(now - before)
+        self._c_alarms.inc(now_alarms - alarms)
+        self._c_invalid.inc(telemetry.invalid_rounds - invalid)
+        self._pushed = (
+            telemetry.rounds, telemetry.request_rounds, telemetry.accepted_drafts,
+            now_positions, now_alarms, telemetry.invalid_rounds,
+        )
+
+
+__all__ = [
+    "ACCEPT_LOGGER",
+    "ENV_LOG_LEVEL",
+    "ENV_SUMMARY_EVERY",
+    "ENV_ALARM_THRESHOLD",
+    "ENV_ALARM_WARMUP",
+    "ENV_ALARM_WINDOW",
+    "TelemetrySettings",
+    "RoundRecord",
+    "Alarm",
+    "AcceptTelemetry",
+    "PrometheusMetrics",
+    "parse_log_level",
+]
