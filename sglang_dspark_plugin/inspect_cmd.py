@@ -1,0 +1,136 @@
+"""``dspark-harvest inspect PATH [--json]``: the census of a checkpoint, its resolved harvest and geometry.
+
+Reads no tensor data and never imports torch, so it is instant on a checkpoint of any size.
+A refusal (conflict, unsupported, invalid, env) exits 2 with a readable message, or with
+``{"error": {"kind", "message"}}`` under ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, TextIO
+
+from .errors import DsparkHarvestError
+
+EXIT_OK = 0
+EXIT_REFUSED = 2
+
+TIER_NAMES = {1: "explicit", 2: "structural", 0: "info"}
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``inspect`` on the ``dspark-harvest`` subparsers."""
+    parser = subparsers.add_parser(
+        "inspect",
+        help="census of a draft checkpoint: evidence, resolved harvest, geometry (reads no weights)",
+        description=(
+            "Read a DFlash-family draft checkpoint's config.json and safetensors headers (never the "
+            "tensors), list every signal of its training strategy with tier and vote, and print the "
+            "harvest the plugin would serve (MEMRA_DSPARK_HARVEST overrides) and the round geometry."
+        ),
+    )
+    parser.add_argument("path", metavar="PATH", help="checkpoint folder, or a hub id in the local HF cache")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def inspect_checkpoint(path: str, environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """The ``--json`` report of ``path``; raises the typed errors on a refusal."""
+    from .census import census
+    from .geometry import RoundGeometry, build_manifest
+    from .harvest import DsparkHarvest
+
+    cfg = census(path)
+    resolution = DsparkHarvest.explain(cfg, environ=os.environ if environ is None else environ)
+    geometry = RoundGeometry(resolution.harvest, cfg.block_size)
+    manifest = build_manifest(geometry, resolution, cfg, producer="inspect")
+    return {
+        **geometry.to_json(),
+        "source": resolution.source,
+        "env_value": resolution.env_value,
+        "census_harvest": None if resolution.census_harvest is None else resolution.census_harvest.name(),
+        "deciding_tier": cfg.deciding_tier,
+        "checkpoint": cfg.path,
+        "architecture": cfg.architecture,
+        "mask_token_id": cfg.mask_token_id,
+        "target_layer_ids": None if cfg.target_layer_ids is None else list(cfg.target_layer_ids),
+        "num_target_layers": cfg.num_target_layers,
+        "vocab_size": cfg.vocab_size,
+        "markov_rank": cfg.markov_rank,
+        "evidence": [s.to_json() for s in cfg.evidence],
+        "warnings": list(resolution.warnings),
+        "manifest": manifest,
+    }
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Run ``inspect``; returns the exit code (0, or 2 on a refusal)."""
+    out = sys.stdout if out is None else out
+    try:
+        report = inspect_checkpoint(args.path)
+    except DsparkHarvestError as exc:
+        if args.json:
+            print(json.dumps({"error": exc.to_json()}, indent=2), file=out)
+        else:
+            print(f"dspark-harvest inspect: refused ({exc.kind}): {exc.message}", file=out)
+        return EXIT_REFUSED
+    if args.json:
+        print(json.dumps(report, indent=2, default=str), file=out)
+    else:
+        print(format_report(report), file=out)
+    return EXIT_OK
+
+
+def _value(value: Any, limit: int = 48) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The human-readable form of an ``inspect`` report."""
+    lines = [
+        f"checkpoint     {report['checkpoint']}",
+        f"architecture   {report['architecture'] or '(none)'}",
+        "",
+        "evidence (tier 1 = explicit declaration, 2 = structural default, 0 = recorded, no vote):",
+    ]
+    evidence = report["evidence"]
+    if evidence:
+        width = max(len("signal"), *(len(s["signal"]) for s in evidence))
+        lines.append(f"  {'tier':<12} {'vote':<7} {'signal':<{width}}  value")
+        for s in evidence:
+            tier = f"{s['tier']} {TIER_NAMES.get(s['tier'], '')}"
+            line = f"  {tier:<12} {s['vote'] or '-':<7} {s['signal']:<{width}}  {_value(s['value'])}"
+            lines.append(line + (f"  ({s['note']})" if s.get("note") else ""))
+    else:
+        lines.append("  (no signal at all)")
+    source = report["source"]
+    if source == "census":
+        why = f"the checkpoint census, tier {report['deciding_tier']}"
+    elif source == "env":
+        why = f"MEMRA_DSPARK_HARVEST={report['env_value']!r}"
+    else:
+        why = "no signal: the historical default (mask-fill); set MEMRA_DSPARK_HARVEST if it is shifted"
+    rows = report["harvested_rows"]
+    offsets = report["trained_offsets"]
+    lines += [
+        "",
+        f"harvest        {report['harvest']}  (source: {source}; {why})",
+        f"block_size     {report['block_size']}",
+        f"first_row      {report['first_row']}",
+        f"n_drafts       {report['n_drafts']}  (rows {rows[0]}..{rows[-1]}, trained offsets "
+        f"+{offsets[0]}..+{offsets[-1]})",
+        f"verify_window  {report['verify_window']}",
+        f"mask_token_id  {report['mask_token_id']}",
+        f"target_layers  {report['target_layer_ids']}",
+    ]
+    for warning in report["warnings"]:
+        lines.append(f"WARNING: {warning}")
+    return "\n".join(lines)
+
+
+__all__ = ["add_parser", "run", "inspect_checkpoint", "format_report", "EXIT_OK", "EXIT_REFUSED"]
