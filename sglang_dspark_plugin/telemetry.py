@@ -269,6 +269,8 @@ class AcceptTelemetry:
         self.logger = logger if logger is not None else logging.getLogger(ACCEPT_LOGGER)
         self._clock = clock if clock is not None else time.monotonic
         self._tag = f"{self.harvest}({self.source})"
+        self._length_text = [str(n + 1) for n in range(gamma + 1)]
+        self._hook_line = AcceptTelemetry.on_verify_complete.__code__.co_firstlineno
 
         s = self.settings
         self._round_level = s.accept_log_level
@@ -364,10 +366,11 @@ class AcceptTelemetry:
 
         level = self._round_level
         if level is not None and self.logger.isEnabledFor(level):
-            self.logger.log(
+            text = self._length_text  # "n+1" strings by count: no per-request int formatting
+            self._emit(
                 level,
-                "dspark accept round=%d bs=%d accept_len=[%s] mean=%.2f harvest=%s",
-                index, bs, ",".join(map(str, accept_lengths)), mean, self._tag,
+                f"dspark accept round={index} bs={bs} accept_len=[{','.join([text[n] for n in counts])}] "
+                f"mean={mean:.2f} harvest={self._tag}",
             )
         if self._alarm_on and self._rounds > self._warmup:
             self._roll_window(accepted + bs, bs, index)
@@ -376,6 +379,14 @@ class AcceptTelemetry:
         if self.metrics is not None:
             self.metrics.maybe_sync(self)
         return record
+
+    def _emit(self, level: int, message: str) -> None:
+        # Logger.log would walk the stack for the caller (findCaller): about a third of a log call.
+        logger = self.logger
+        record = logger.makeRecord(
+            logger.name, level, __file__, self._hook_line, message, None, None, "on_verify_complete"
+        )
+        logger.handle(record)
 
     def _roll_window(self, tokens: int, bs: int, index: int) -> None:
         pos = self._ring_pos
