@@ -215,7 +215,7 @@ class DFlashDraftModel(nn.Module):
         return DraftCache(len(self.layers))
 
     def extract_context_feature(self, hidden_states: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        """HF target ``output_hidden_states`` tuple -> ``[B, S, K*H]`` (layer l's OUTPUT = hidden_states[l+1])."""
+        """HF ``output_hidden_states`` tuple -> ``[B, S, K*H]`` (layer l's OUTPUT = hidden_states[l+1])."""
         return torch.cat([hidden_states[i + 1] for i in self.target_layer_ids], dim=-1)
 
     def forward(
