@@ -1,0 +1,469 @@
+"""The DSPARK_HARVEST workers: sglang's own DFlash-family workers, one per harvest arm.
+
+Route per arm (line numbers: sglang 0.5.17 / 0.5.23, files under ``sglang/srt/``):
+
+* ``dflash`` arm -> ``HarvestDFlashWorker(DFlashWorkerV2)`` with no change to drafting or verification:
+  sglang's DFLASH worker already harvests rows 1..b-1 (``speculative/dflash_worker_v2.py:130`` graph
+  sampler ``[:, 1:, :]`` and ``:1641`` eager path / 0.5.23 ``:183`` and ``:2804``), b-1 drafts, verify
+  window b (``DFlashVerifyInput(draft_token_num=b)``, 0.5.17 ``:1661-1667``). Same tokens, same accept
+  lengths as the builtin DFLASH.
+* ``dspark`` arm -> ``HarvestDSparkWorker(DSparkWorkerV2)``: sglang's DSPARK worker drafts gamma = b
+  tokens from the gamma query rows ``[anchor, MASK x (b-1)]``, the anchor row's output being draft 1
+  (0.5.17 ``speculative/dspark_components/dspark_draft.py:318-323`` and ``:369``), and verifies
+  ``[anchor, d1..d_gamma]`` (``dspark_worker_v2.py:598-600``): window gamma+1. The draft model is
+  ``HarvestDSparkDraftModel``, a subclass of sglang's ``DSparkDraftModel``, chosen for the draft
+  checkpoint's architecture name while (and only while) the worker builds its draft (``dspark_draft_route``):
+  sglang picks the model class by ``hf_config.architectures`` through ``ModelRegistry.models``
+  (``model_loader/loader.py:316`` -> ``model_loader/utils.py:195`` -> ``models/registry.py:55-59`` /
+  0.5.23 ``loader.py:291``, ``utils.py:198``, ``registry.py:68``) and constructs it with
+  ``config=model_config.hf_config`` (``loader.py:318`` / ``:296``), the same object the worker's
+  ``resolve_runtime_config`` reads afterwards (``dspark_worker_v2.py:120-128`` / ``:261-265``).
+  The subclass does two things to that config, before sglang's constructor reads it:
+
+  - 0.5.23 only reads ``sample_from_anchor`` (``dspark_config.py:29-31``, default True; False would
+    prepend a query row and drop the anchor row, ``dspark_draft.py:88-106`` and ``:656-668``). It is
+    set to True: the census decided the checkpoint is shifted, whatever the flag says.
+  - No Markov head (``markov_rank`` 0 or absent): sglang refuses it three times (``dspark_config.py:84-88``
+    / ``:95-97``; ``models/dspark.py:266-272`` / ``:385-391``; ``:368-372`` / ``:525-529``). The config
+    is given a rank-1 ``vanilla`` head and that head's two weights are set to zero after loading.
+    WHY THIS IS EXACT: sglang's DSPARK draft step k uses ``base_logits[:, k] + bias(prev_token)``
+    (``models/dspark.py:34-64`` / ``speculative/dspark_components/dspark_draft.py:196-245``) and the
+    vanilla bias is ``markov_w2(markov_w1[prev_token])`` (``models/dspark.py:85-94`` / ``:246-258``),
+    which is exactly 0 when both weights are 0, so every draft is sampled from the base logits of its
+    own row: the model a DSpark-strategy drafter without a Markov head was trained as. sglang's own
+    eager, graph-folded and fused-greedy paths all compute that zero bias, so none of them is bypassed.
+    The checkpoint holds no ``markov_head.*`` tensor, and sglang's loader only copies the ones present
+    (``models/dspark.py:405-432`` / 0.5.23 same method), so nothing else is touched. Cost: one
+    rank-1 GEMV per draft step.
+
+Every rank resolves its harvest through ``resolution.served`` and compares it with the other TP ranks
+(``rank_agreement.check_rank_agreement`` over sglang's gloo ``get_tp_group().cpu_group``) before any
+draft weight loads: a disagreement refuses startup. Per-round accept length comes from the scheduler's
+host-side call ``on_verify_complete_cpu`` (0.5.17 ``managers/scheduler_components/
+batch_result_processor.py:652`` / 0.5.23 ``:804``), which is overridden with the parent's signature
+and feeds ``AcceptTelemetry`` on TP rank 0 (the other ranks see the same rounds): no device sync.
+
+Overlap scheduling: nothing here runs on the device stream, the parents' ``forward_batch_generation``
+is untouched, so both classes keep the overlap support of their sglang parents.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+from sglang.srt.managers.tp_worker import TpModelWorker
+from sglang.srt.models.dspark import DSparkDraftModel
+from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
+from sglang.srt.speculative.dspark_components.dspark_config import parse_dspark_draft_config
+from sglang.srt.speculative.dspark_components.dspark_worker_v2 import DSparkWorkerV2
+
+from ..errors import GeometryError, InvalidCheckpointError, UnsupportedCheckpointError
+from ..harvest import ENV_VAR, DsparkHarvest
+from ..rank_agreement import check_rank_agreement
+
+if TYPE_CHECKING:
+    from ..telemetry import AcceptTelemetry
+
+logger = logging.getLogger(__name__)
+
+DSPARK_ARM_ARCHITECTURES: tuple[str, ...] = (
+    "DSparkDraftModel",
+    "Qwen3DSparkModel",
+    "LingDSparkModel",
+    "DFlashDraftModel",
+)
+"""Draft architectures the dspark arm serves with sglang's dense DSpark draft model (same backbone)."""
+
+WORKER_CONTRACT: list[tuple[str, str, tuple[str, ...] | None]] = [
+    # (module, qualname, parameter names the workers pass or override; None = existence only).
+    ("sglang.srt.speculative.dflash_worker_v2", "DFlashWorkerV2", None),
+    (
+        "sglang.srt.speculative.dflash_worker_v2",
+        "DFlashWorkerV2.__init__",
+        ("server_args", "gpu_id", "nccl_port", "target_worker"),
+    ),
+    ("sglang.srt.speculative.dspark_components.dspark_worker_v2", "DSparkWorkerV2", None),
+    (
+        "sglang.srt.speculative.dspark_components.dspark_worker_v2",
+        "DSparkWorkerV2.__init__",
+        ("server_args", "gpu_id", "nccl_port", "target_worker"),
+    ),
+    (
+        "sglang.srt.speculative.base_spec_worker",
+        "BaseSpecWorker.on_verify_complete_cpu",
+        ("num_correct_drafts_per_req", "batch_size"),
+    ),
+    ("sglang.srt.managers.tp_worker", "TpModelWorker", None),
+    ("sglang.srt.models.dspark", "DSparkDraftModel", None),
+    ("sglang.srt.models.dspark", "DSparkDraftModel.__init__", ("config", "quant_config", "prefix")),
+    ("sglang.srt.models.dspark", "DSparkDraftModel.load_weights", ("weights",)),
+    ("sglang.srt.models.dspark", "VanillaMarkov.__init__", ("vocab_size", "markov_rank")),
+    ("sglang.srt.models.registry", "ModelRegistry.models", None),
+    ("sglang.srt.models.registry", "ModelRegistry.get_supported_archs", ()),
+    (
+        "sglang.srt.speculative.dspark_components.dspark_config",
+        "parse_dspark_draft_config",
+        ("draft_hf_config",),
+    ),
+    (
+        "sglang.srt.speculative.dspark_components.dspark_config",
+        "resolve_runtime_config",
+        ("draft_hf_config", "speculative_num_draft_tokens", "target_vocab_size"),
+    ),
+    ("sglang.srt.distributed.parallel_state", "get_tp_group", ()),
+]
+"""Every sglang class, method and function the workers rely on (checked by the plugin's contract)."""
+
+# 0.5.17 passes the parallel state as ``ps``; 0.5.23 dropped it (research 1.5). Read once, here.
+_DFLASH_TAKES_PS = "ps" in inspect.signature(DFlashWorkerV2.__init__).parameters
+_DSPARK_TAKES_PS = "ps" in inspect.signature(DSparkWorkerV2.__init__).parameters
+_DSPARK_TAKES_DRAFT_WORKER_CLS = "draft_worker_cls" in inspect.signature(DSparkWorkerV2.__init__).parameters
+
+
+# ------------------------------------------------------------------ the dspark arm's draft config
+
+
+def _cfg_get(config: Any, key: str) -> Any:
+    return config.get(key) if isinstance(config, dict) else getattr(config, key, None)
+
+
+def _cfg_set(config: Any, key: str, value: Any) -> None:
+    if isinstance(config, dict):
+        config[key] = value
+    else:
+        setattr(config, key, value)
+
+
+def _set_markov(config: Any, rank: int, head_type: str) -> None:
+    """Write the Markov rank and head type into every spelling sglang reads (and the model's own)."""
+    # sglang's parse reads the prefixed key, then dspark_config, then text_config, then the top level
+    # (dspark_config.py:212-237); the model builds its head from the top level (models/dspark.py:266-273).
+    _cfg_set(config, "markov_rank", rank)
+    _cfg_set(config, "markov_head_type", head_type)
+    if _cfg_get(config, "dspark_markov_rank") is not None:
+        _cfg_set(config, "dspark_markov_rank", rank)
+        _cfg_set(config, "dspark_markov_head_type", head_type)
+    nested = _cfg_get(config, "dspark_config")
+    if isinstance(nested, dict) and ("markov_rank" in nested or "markov_head_type" in nested):
+        _cfg_set(config, "dspark_config", {**nested, "markov_rank": rank, "markov_head_type": head_type})
+    text = _cfg_get(config, "text_config")
+    if text is not None and text is not config and _cfg_get(text, "markov_rank") is not None:
+        _cfg_set(text, "markov_rank", rank)
+        _cfg_set(text, "markov_head_type", head_type)
+
+
+def _declared_head_type(config: Any) -> str | None:
+    for holder in (config, _cfg_get(config, "dspark_config"), _cfg_get(config, "dflash_config")):
+        if holder is not None and _cfg_get(holder, "markov_head_type") is not None:
+            return str(_cfg_get(holder, "markov_head_type")).lower()
+    value = _cfg_get(config, "dspark_markov_head_type")
+    return None if value is None else str(value).lower()
+
+
+def prepare_dspark_arm_config(
+    config: Any, *, markov_rank: int | None = None, mask_token_id: int | None = None
+) -> bool:
+    """Make a draft ``hf_config`` say what the dspark arm serves; True when it has no Markov head.
+
+    ``markov_rank`` is the census's reading (it also knows spellings sglang does not read, such as
+    ``dflash_config.markov_rank``); ``None`` keeps sglang's own reading. Sets ``sample_from_anchor =
+    True`` (anchor-first, the shifted convention); a checkpoint without a Markov head gets a rank-1
+    vanilla head, zeroed by ``HarvestDSparkDraftModel``; ``mask_token_id`` comes from the census when
+    sglang's DSpark lookup finds none. Raises ``InvalidCheckpointError`` when sglang cannot parse it.
+    """
+    _cfg_set(config, "sample_from_anchor", True)
+    try:
+        parsed = parse_dspark_draft_config(draft_hf_config=config)
+    except ValueError as exc:
+        raise InvalidCheckpointError(
+            f"sglang cannot read this draft config as a DSpark draft: {exc} "
+            "(fix the Markov-head keys in the draft's config.json, or, if the drafter was trained with "
+            f"the DFlash strategy, serve it with {ENV_VAR}=dflash).",
+            where="config.json",
+        ) from exc
+    rank = parsed.markov_rank if markov_rank is None else int(markov_rank)
+    no_markov = rank == 0
+    if no_markov:
+        _set_markov(config, 1, "vanilla")
+        # A confidence head (non-static ragged verify) must not read Markov features that are all zero.
+        if _cfg_get(config, "confidence_head_with_markov") is None:
+            _cfg_set(config, "confidence_head_with_markov", False)
+    elif rank != parsed.markov_rank:
+        head_type = parsed.markov_head_type or _declared_head_type(config)
+        if head_type is None:
+            raise InvalidCheckpointError(
+                f"the draft has a rank-{rank} Markov head but config.json names no markov_head_type; "
+                "add \"markov_head_type\": \"vanilla\" | \"gated\" | \"rnn\" (the head it was trained with).",
+                where="config.json: markov_head_type",
+            )
+        _set_markov(config, rank, head_type)
+    if parsed.mask_token_id is None and mask_token_id is not None:
+        _cfg_set(config, "mask_token_id", int(mask_token_id))
+    check = parse_dspark_draft_config(draft_hf_config=config)
+    if not check.require_markov() or (not no_markov and check.markov_rank != rank):
+        raise InvalidCheckpointError(
+            f"could not make sglang read this draft's Markov head (census rank {rank}, sglang reads "
+            f"{check.markov_rank}); report the config.json keys holding markov_rank.",
+            where="config.json",
+        )
+    return no_markov
+
+
+@dataclass(frozen=True)
+class _DraftRoute:
+    markov_rank: int | None
+    mask_token_id: int | None
+
+
+class HarvestDSparkDraftModel(DSparkDraftModel):
+    """sglang's dense DSpark draft model, anchor-first always, with a zero Markov head when it has none."""
+
+    _route: ClassVar[_DraftRoute | None] = None
+
+    def __init__(self, config: Any, quant_config: Any = None, prefix: str = "") -> None:
+        route = type(self)._route
+        route = route if route is not None else _DraftRoute(None, None)
+        no_markov = prepare_dspark_arm_config(
+            config, markov_rank=route.markov_rank, mask_token_id=route.mask_token_id
+        )
+        super().__init__(config=config, quant_config=quant_config, prefix=prefix)
+        self.dspark_harvest_zero_markov = no_markov
+        self._zero_markov_head()
+
+    def load_weights(self, weights: Any) -> Any:
+        """sglang's loader, then the zero head again (a loader may re-initialise parameters)."""
+        out = super().load_weights(weights)
+        self._zero_markov_head()
+        return out
+
+    def _zero_markov_head(self) -> None:
+        if not self.dspark_harvest_zero_markov or self.markov_head is None:
+            return
+        with torch.no_grad():
+            for p in self.markov_head.parameters():
+                p.zero_()
+
+
+_route_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def dspark_draft_route(
+    architectures: list[str] | tuple[str, ...],
+    *,
+    markov_rank: int | None = None,
+    mask_token_id: int | None = None,
+) -> Iterator[None]:
+    """While the dspark-arm worker builds its draft, the draft's architecture names load our model.
+
+    The swap is in this process's ``ModelRegistry`` only and is undone on exit, so the target (already
+    loaded) and any later model load see sglang's own classes.
+    """
+    # Imported here: the registry module imports every model module, too slow for plugin import.
+    from sglang.srt.models.registry import ModelRegistry
+
+    names = [a for a in architectures if a in DSPARK_ARM_ARCHITECTURES]
+    if not names:
+        raise UnsupportedCheckpointError(
+            f"the dspark arm serves dense DFlash-family drafters ({', '.join(DSPARK_ARM_ARCHITECTURES)}); "
+            f"this draft's config.json architectures={list(architectures)!r} is none of them. Serve it "
+            f"with sglang's own --speculative-algorithm for that model, or set {ENV_VAR}=dflash if it "
+            "was trained with the DFlash strategy.",
+            where="config.json: architectures",
+        )
+    with _route_lock:
+        ModelRegistry.get_supported_archs()  # 0.5.23 loads its default table lazily: load it first
+        saved = {name: ModelRegistry.models.get(name) for name in names}
+        HarvestDSparkDraftModel._route = _DraftRoute(markov_rank, mask_token_id)
+        for name in names:
+            ModelRegistry.models[name] = HarvestDSparkDraftModel
+        try:
+            yield
+        finally:
+            HarvestDSparkDraftModel._route = None
+            for name, cls in saved.items():
+                if cls is None:
+                    ModelRegistry.models.pop(name, None)
+                else:
+                    ModelRegistry.models[name] = cls
+
+
+# ------------------------------------------------------------------ what both arms share
+
+
+def rank_agreement_values(served: Any) -> dict[str, Any]:
+    """What every TP rank must agree on: the harvest, its source, the geometry and the draft."""
+    geometry = served.geometry
+    return {
+        "harvest": served.resolution.harvest.name(),
+        "source": served.resolution.source,
+        "env_value": served.resolution.env_value,
+        "block_size": geometry.block_size,
+        "gamma": geometry.gamma,
+        "verify_window": geometry.verify_window,
+        "draft_path": served.cfg.path,
+    }
+
+
+def _tp_cpu_group() -> tuple[Any, int]:
+    from sglang.srt.distributed.parallel_state import get_tp_group
+
+    group = get_tp_group()
+    return group.cpu_group, int(group.rank_in_group)
+
+
+class _HarvestWorkerMixin:
+    """Resolution, rank agreement and the per-round telemetry hook, common to both arms."""
+
+    dspark_harvest: ClassVar[DsparkHarvest]
+    dspark_served: Any = None
+    dspark_telemetry: AcceptTelemetry | None = None
+
+    def _dspark_harvest_init(self, server_args: Any) -> Any:
+        from .resolution import served as resolve_served
+
+        served = resolve_served(server_args)
+        harvest = served.resolution.harvest
+        if harvest is not self.dspark_harvest:
+            raise GeometryError(
+                f"{type(self).__name__} serves the {self.dspark_harvest.name()} harvest but this process "
+                f"resolved {harvest.name()} ({served.resolution.source}); the factory and the worker "
+                f"disagree. Check that {ENV_VAR} is the same in every process of this server.",
+                where=ENV_VAR,
+            )
+        group, tp_rank = _tp_cpu_group()
+        check_rank_agreement(rank_agreement_values(served), group)
+        enable_metrics = bool(getattr(server_args, "enable_metrics", False))
+        self._dspark_attach(served, tp_rank=tp_rank, enable_metrics=enable_metrics)
+        return served
+
+    def _dspark_attach(self, served: Any, *, tp_rank: int = 0, enable_metrics: bool = False) -> None:
+        """Keep ``served``; on TP rank 0 create the accept telemetry (other ranks see the same rounds)."""
+        from ..telemetry import AcceptTelemetry, PrometheusMetrics
+
+        self.dspark_served = served
+        if tp_rank != 0:
+            self.dspark_telemetry = None
+            return
+        gamma = served.geometry.gamma
+        metrics = PrometheusMetrics(gamma) if enable_metrics else None
+        self.dspark_telemetry = AcceptTelemetry.from_resolution(served.resolution, gamma, metrics=metrics)
+        logger.info(
+            "DSPARK_HARVEST worker %s: harvest=%s (%s), block_size=%d, gamma=%d, verify_window=%d, "
+            "harvested rows %s",
+            type(self).__name__,
+            served.resolution.harvest.name(),
+            served.resolution.source,
+            served.geometry.block_size,
+            gamma,
+            served.geometry.verify_window,
+            list(served.geometry.harvested_rows),
+        )
+
+    def on_verify_complete_cpu(self, num_correct_drafts_per_req: list[int], batch_size: int = 0) -> None:
+        """sglang's host-side per-round hook: the parent's work, then one telemetry record (no sync)."""
+        super().on_verify_complete_cpu(num_correct_drafts_per_req, batch_size=batch_size)  # type: ignore[misc]
+        telemetry = self.dspark_telemetry
+        if telemetry is not None:
+            telemetry.on_verify_complete(num_correct_drafts_per_req)
+
+
+# ------------------------------------------------------------------ the two arms
+
+
+class HarvestDFlashWorker(_HarvestWorkerMixin, DFlashWorkerV2):
+    """The dflash arm: sglang's DFLASH worker unchanged (rows 1..b-1, b-1 drafts, verify window b)."""
+
+    dspark_harvest = DsparkHarvest.DFLASH
+
+    if _DFLASH_TAKES_PS:
+
+        def __init__(self, server_args, gpu_id, ps, nccl_port, target_worker):  # noqa: ANN001
+            self._dspark_harvest_init(server_args)
+            super().__init__(server_args, gpu_id, ps, nccl_port, target_worker)
+
+    else:
+
+        def __init__(self, server_args, gpu_id, nccl_port, target_worker):  # noqa: ANN001
+            self._dspark_harvest_init(server_args)
+            super().__init__(server_args, gpu_id, nccl_port, target_worker)
+
+
+class HarvestDSparkWorker(_HarvestWorkerMixin, DSparkWorkerV2):
+    """The dspark arm: sglang's DSPARK worker, anchor-first, gamma = b drafts, verify window b+1."""
+
+    dspark_harvest = DsparkHarvest.DSPARK
+
+    def _dspark_route(self, server_args: Any) -> contextlib.AbstractContextManager[None]:
+        served = self._dspark_harvest_init(server_args)
+        cfg = served.cfg
+        if cfg.mask_token_id is None:
+            raise InvalidCheckpointError(
+                f"the dspark arm needs the draft's mask token id and {cfg.path}/config.json declares none "
+                "(sglang's DSpark worker has no tokenizer fallback, speculative/dspark_components/"
+                "dspark_config.py resolve_runtime_config). Add \"mask_token_id\": <id of the mask token> "
+                "to the draft's config.json.",
+                where=f"{cfg.path}/config.json: mask_token_id",
+            )
+        architectures = cfg.raw.get("architectures") or ([cfg.architecture] if cfg.architecture else [])
+        return dspark_draft_route(
+            tuple(architectures), markov_rank=cfg.markov_rank, mask_token_id=cfg.mask_token_id
+        )
+
+    if _DSPARK_TAKES_PS:
+
+        def __init__(self, server_args, gpu_id, ps, nccl_port, target_worker):  # noqa: ANN001
+            with self._dspark_route(server_args):
+                super().__init__(server_args, gpu_id, ps, nccl_port, target_worker)
+
+    elif _DSPARK_TAKES_DRAFT_WORKER_CLS:
+
+        def __init__(  # noqa: ANN001
+            self, server_args, gpu_id, nccl_port, target_worker, draft_worker_cls=TpModelWorker
+        ):
+            with self._dspark_route(server_args):
+                super().__init__(server_args, gpu_id, nccl_port, target_worker, draft_worker_cls)
+
+    else:
+
+        def __init__(self, server_args, gpu_id, nccl_port, target_worker):  # noqa: ANN001
+            with self._dspark_route(server_args):
+                super().__init__(server_args, gpu_id, nccl_port, target_worker)
+
+
+_WORKERS: dict[DsparkHarvest, type] = {
+    DsparkHarvest.DFLASH: HarvestDFlashWorker,
+    DsparkHarvest.DSPARK: HarvestDSparkWorker,
+}
+
+
+def worker_class_for(harvest: DsparkHarvest) -> type:
+    """The worker class sglang's scheduler instantiates for a resolved harvest."""
+    try:
+        return _WORKERS[harvest]
+    except KeyError:
+        raise GeometryError(
+            f"no DSPARK_HARVEST worker for harvest {harvest!r}; expected one of "
+            f"{', '.join(h.name() for h in _WORKERS)}.",
+            where="worker_class_for",
+        ) from None
+
+
+__all__ = [
+    "WORKER_CONTRACT",
+    "DSPARK_ARM_ARCHITECTURES",
+    "HarvestDFlashWorker",
+    "HarvestDSparkWorker",
+    "HarvestDSparkDraftModel",
+    "dspark_draft_route",
+    "prepare_dspark_arm_config",
+    "rank_agreement_values",
+    "worker_class_for",
+]
