@@ -577,8 +577,8 @@ class PrometheusMetrics:
     """Prometheus counters for the accept telemetry (only when sglang runs with ``--enable-metrics``).
 
     ``prometheus_client`` is sglang's dependency, not this package's: it is imported here, lazily.
-    Counters are pushed as deltas every ``sync_every`` rounds (and on ``summary()``), so the per-round
-    path pays for no lock or multiprocess file write.
+    Counters are pushed as deltas every ``sync_every`` rounds or ``sync_interval_s`` seconds, whichever
+    comes first (and on ``summary()``), so the per-round path pays for no lock or multiprocess file write.
     """
 
     def __init__(
@@ -587,6 +587,8 @@ class PrometheusMetrics:
         registry: Any = None,
         labels: Mapping[str, str] | None = None,
         sync_every: int = 32,
+        sync_interval_s: float = 1.0,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         try:
             import prometheus_client
@@ -604,6 +606,9 @@ class PrometheusMetrics:
             )
         self.gamma = gamma
         self.sync_every = max(1, int(sync_every))
+        self.sync_interval_s = float(sync_interval_s)
+        self._clock = clock if clock is not None else time.monotonic
+        self._synced_at = self._clock()
         const = dict(labels or {})
         names = list(const)
         kw: dict[str, Any] = {} if registry is None else {"registry": registry}
@@ -652,8 +657,11 @@ class PrometheusMetrics:
         self._info.labels(*self._label_values, harvest, source).set(1)
 
     def maybe_sync(self, telemetry: AcceptTelemetry) -> None:
-        """Called every round; pushes every ``sync_every`` valid rounds."""
-        if telemetry.rounds % self.sync_every == 0:
+        """Called every valid round; pushes after ``sync_every`` rounds or ``sync_interval_s`` seconds."""
+        if (
+            telemetry.rounds - self._pushed[0] >= self.sync_every
+            or self._clock() - self._synced_at >= self.sync_interval_s
+        ):
             self.sync(telemetry)
 
     def sync(self, telemetry: AcceptTelemetry) -> None:
@@ -674,6 +682,7 @@ class PrometheusMetrics:
             child.inc(now - before)
         self._c_alarms.inc(now_alarms - alarms)
         self._c_invalid.inc(telemetry.invalid_rounds - invalid)
+        self._synced_at = self._clock()
         self._pushed = (
             telemetry.rounds, telemetry.request_rounds, telemetry.accepted_drafts,
             now_positions, now_alarms, telemetry.invalid_rounds,

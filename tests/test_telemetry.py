@@ -402,7 +402,7 @@ def test_metrics_counters_follow_the_telemetry():
     from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry()
-    metrics = PrometheusMetrics(4, registry=registry, sync_every=4)
+    metrics = PrometheusMetrics(4, registry=registry, sync_every=4, sync_interval_s=1e9)
     t = AcceptTelemetry(4, "dspark", "census", settings=QUIET, metrics=metrics)
     value = registry.get_sample_value
     assert value("dspark_harvest_info", {"harvest": "dspark", "source": "census"}) == 1.0
@@ -420,6 +420,25 @@ def test_metrics_counters_follow_the_telemetry():
     t.summary()  # syncs
     assert value("dspark_harvest_rounds_total") == 5.0
     assert value("dspark_harvest_position_accepted_total", {"position": "4"}) == 4.0
+
+
+def test_metrics_are_pushed_after_an_interval_even_at_low_traffic():
+    from prometheus_client import CollectorRegistry
+
+    now = [0.0]
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(
+        2, registry=registry, sync_every=1000, sync_interval_s=1.0, clock=lambda: now[0]
+    )
+    t = AcceptTelemetry(2, "dflash", "census", settings=QUIET, metrics=metrics)
+    t.on_verify_complete([1, 2])
+    now[0] = 0.5
+    t.on_verify_complete([0])
+    assert registry.get_sample_value("dspark_harvest_rounds_total") == 0.0
+    now[0] = 1.2
+    t.on_verify_complete([2])
+    assert registry.get_sample_value("dspark_harvest_rounds_total") == 3.0
+    assert registry.get_sample_value("dspark_harvest_accepted_tokens_total") == 9.0
 
 
 def test_metrics_count_alarms_and_carry_constant_labels():
