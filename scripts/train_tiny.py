@@ -1,0 +1,415 @@
+#!/usr/bin/env python
+"""Train the embedded tiny target and its two tiny drafters on text available offline.
+
+Steps (all seeded, CPU, reproducible for a given torch build and thread count):
+  a. text: a fixed, sorted subset of the running interpreter's standard-library sources;
+  b. a byte-level BPE tokenizer (with a ``<|MASK|>`` special token) saved as a transformers fast tokenizer;
+  c. a small ``Qwen3ForCausalLM`` target trained as a causal LM;
+  d. drafter data: the target's own greedy continuations of prompts cut from the text;
+  e. two 1-layer drafters on the same target features: DFlash objective (row k -> token at anchor+k,
+     anchor row not in the loss) and DSpark objective (row k -> token at anchor+k+1, all rows);
+  f. export: target with ``save_pretrained`` (float16), drafters in SpecForge format
+     (config.json + model.safetensors, float16), prompts.json and training_report.json.
+
+Default sizes take about 25 minutes on 2 CPU cores; ``--help`` lists the knobs a tiny smoke run uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import math
+import random
+import sys
+import sysconfig
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = REPO / "sglang_dspark_plugin" / "embedded"
+EOS, MASK = "<|endoftext|>", "<|MASK|>"
+# Every HELD_OUT_EVERY-th stdlib file is kept out of training and feeds the fixed prompt list.
+HELD_OUT_EVERY = 8
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default: the package)")
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--threads", type=int, default=1, help="torch threads (1 is robust on a shared CPU)")
+    p.add_argument("--files", type=int, default=0, help="use only the first N training files (0 = all)")
+    p.add_argument("--max-chars", type=int, default=3_000_000, help="cap on training text size")
+    p.add_argument("--vocab", type=int, default=1536)
+    p.add_argument("--hidden", type=int, default=192)
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--heads", type=int, default=6)
+    p.add_argument("--kv-heads", type=int, default=2)
+    p.add_argument("--intermediate", type=int, default=512)
+    p.add_argument("--seq", type=int, default=128, help="target training sequence length")
+    p.add_argument("--target-steps", type=int, default=600)
+    p.add_argument("--target-batch", type=int, default=16)
+    p.add_argument("--target-lr", type=float, default=3e-3)
+    p.add_argument("--gen-seqs", type=int, default=768, help="greedy continuations for drafter data")
+    p.add_argument("--prompt-len", type=int, default=32)
+    p.add_argument("--gen-len", type=int, default=96)
+    p.add_argument("--block-size", type=int, default=7)
+    p.add_argument("--target-layer-ids", type=str, default="", help="comma list; default spread")
+    p.add_argument("--draft-steps", type=int, default=700)
+    p.add_argument("--draft-batch", type=int, default=16)
+    p.add_argument("--anchors", type=int, default=16, help="blocks per sequence per step")
+    p.add_argument("--draft-lr", type=float, default=2e-3)
+    p.add_argument("--loss-decay", type=float, default=4.0, help="weight exp(-(j-1)/gamma) of draft j")
+    p.add_argument("--n-prompts", type=int, default=8)
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    return p.parse_args(argv)
+
+
+# ---------------------------------------------------------------- a. text
+def stdlib_files() -> list[Path]:
+    """The interpreter's own top-level stdlib sources, sorted (offline, identical on every run)."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    return sorted(f for f in root.glob("*.py") if f.is_file())
+
+
+def load_texts(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    files = stdlib_files()
+    train = [f for i, f in enumerate(files) if i % HELD_OUT_EVERY]
+    held = [f for i, f in enumerate(files) if not i % HELD_OUT_EVERY]
+    if args.files:
+        train = train[: args.files]
+    texts, total = [], 0
+    for f in train:
+        t = f.read_text(encoding="utf-8", errors="replace")
+        texts.append(t)
+        total += len(t)
+        if total >= args.max_chars:
+            break
+    return texts, [f.read_text(encoding="utf-8", errors="replace") for f in held]
+
+
+# ---------------------------------------------------------------- b. tokenizer
+def train_tokenizer(texts: list[str], vocab: int, out: Path) -> Any:
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(texts, vocab_size=vocab, min_frequency=2, special_tokens=[EOS, MASK],
+                            show_progress=False)
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, eos_token=EOS, bos_token=EOS,
+                                  pad_token=EOS, additional_special_tokens=[MASK])
+    tok.save_pretrained(str(out))
+    return tok
+
+
+def token_stream(tok: Any, texts: list[str]) -> torch.Tensor:
+    eos = tok.convert_tokens_to_ids(EOS)
+    ids: list[int] = []
+    for t in texts:
+        ids.extend(tok(t, add_special_tokens=False)["input_ids"])
+        ids.append(eos)
+    return torch.tensor(ids, dtype=torch.long)
+
+
+# ---------------------------------------------------------------- c. target
+def target_config(args: argparse.Namespace, vocab: int, eos: int) -> Any:
+    from transformers import Qwen3Config
+
+    return Qwen3Config(
+        vocab_size=vocab, hidden_size=args.hidden, intermediate_size=args.intermediate,
+        num_hidden_layers=args.layers, num_attention_heads=args.heads,
+        num_key_value_heads=args.kv_heads, head_dim=args.hidden // args.heads,
+        max_position_embeddings=1024, rms_norm_eps=1e-6, tie_word_embeddings=True,
+        bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, use_cache=True,
+    )
+
+
+def lr_at(step: int, total: int, peak: float) -> float:
+    warm = max(1, total // 20)
+    if step < warm:
+        return peak * (step + 1) / warm
+    return peak * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, total - warm)))
+
+
+def train_target(args: argparse.Namespace, stream: torch.Tensor, cfg: Any, gen: torch.Generator,
+                 bar: bool) -> tuple[Any, list[float]]:
+    from transformers import Qwen3ForCausalLM
+
+    torch.manual_seed(args.seed)
+    model = Qwen3ForCausalLM(cfg).float().train()
+    opt = torch.optim.AdamW(model.parameters(), lr=args.target_lr, weight_decay=0.1, betas=(0.9, 0.95))
+    n_start = len(stream) - args.seq - 1
+    losses: list[float] = []
+    for step in tqdm(range(args.target_steps), desc="target LM", disable=not bar):
+        starts = torch.randint(0, n_start, (args.target_batch,), generator=gen)
+        x = torch.stack([stream[s : s + args.seq] for s in starts.tolist()])
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, args.target_steps, args.target_lr)
+        logits = model(input_ids=x).logits
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(float(loss.detach()))
+    # Round to the shipped 16-bit weights now, so the drafter data is what the shipped target says.
+    model = model.half().float().eval()
+    return model, losses
+
+
+# ---------------------------------------------------------------- d. drafter data
+@torch.no_grad()
+def greedy_continuations(
+    target: Any, prompts: torch.Tensor, gen_len: int, batch: int, bar: bool
+) -> torch.Tensor:
+    """``[N, P + gen_len]``: each prompt followed by the target's own greedy continuation."""
+    # transformers renamed `past_key_values` to `cache`; use whichever this version speaks.
+    new_api = "cache" in inspect.signature(target.forward).parameters
+    cache_arg = cache_out = "cache" if new_api else "past_key_values"
+    out = []
+    for i in tqdm(range(0, len(prompts), batch), desc="greedy data", disable=not bar):
+        x = prompts[i : i + batch]
+        res = target(input_ids=x, use_cache=True)
+        past, nxt = getattr(res, cache_out), res.logits[:, -1].argmax(-1, keepdim=True)
+        seq = [x, nxt]
+        for _ in range(gen_len - 1):
+            res = target(input_ids=nxt, use_cache=True, **{cache_arg: past})
+            past, nxt = getattr(res, cache_out), res.logits[:, -1].argmax(-1, keepdim=True)
+            seq.append(nxt)
+        out.append(torch.cat(seq, dim=1))
+    return torch.cat(out)
+
+
+@torch.no_grad()
+def context_features(target: Any, seqs: torch.Tensor, layer_ids: list[int], batch: int) -> torch.Tensor:
+    """Target features of every position (layer l's output = hidden_states[l+1]), stored in float16."""
+    feats = []
+    for i in range(0, len(seqs), batch):
+        hs = target(input_ids=seqs[i : i + batch], output_hidden_states=True).hidden_states
+        feats.append(torch.cat([hs[i + 1] for i in layer_ids], dim=-1).half())
+    return torch.cat(feats)
+
+
+# ---------------------------------------------------------------- e. drafters
+def drafter_config(args: argparse.Namespace, tcfg: Any, mask_id: int, layer_ids: list[int],
+                   strategy: str) -> dict[str, Any]:
+    dflash_config: dict[str, Any] = {"mask_token_id": mask_id, "target_layer_ids": layer_ids}
+    if strategy == "dspark":
+        # What SpecForge's DSparkDraftModel constructor forces; markov_rank 0 = no Markov head.
+        dflash_config.update(projector_type="dspark", attention_mode="gqa", markov_rank=0)
+    return {
+        "architectures": ["DSparkDraftModel" if strategy == "dspark" else "DFlashDraftModel"],
+        "model_type": "qwen3",
+        "block_size": args.block_size,
+        "num_target_layers": tcfg.num_hidden_layers,
+        "num_hidden_layers": 1,
+        "layer_types": ["full_attention"],
+        "dflash_config": dflash_config,
+        "vocab_size": tcfg.vocab_size,
+        "draft_vocab_size": tcfg.vocab_size,
+        "hidden_size": tcfg.hidden_size,
+        "intermediate_size": tcfg.intermediate_size,
+        "num_attention_heads": tcfg.num_attention_heads,
+        "num_key_value_heads": tcfg.num_key_value_heads,
+        "head_dim": tcfg.head_dim,
+        "rms_norm_eps": tcfg.rms_norm_eps,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "max_position_embeddings": tcfg.max_position_embeddings,
+        "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+        "rope_theta": 10000.0,
+        "sliding_window": None,
+        "use_sliding_window": False,
+        "tie_word_embeddings": False,
+        "dtype": "float16",
+        "use_cache": True,
+    }
+
+
+def block_batch(seqs: torch.Tensor, first_anchor: int, b: int, n_anchors: int, strategy: str,
+                mask_id: int, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
+    """Sample anchors per sequence; return block ids, positions, labels, loss weights and the mask.
+
+    Block j (anchor a_j) sees context positions < a_j (its own anchor's features do not exist at
+    inference time) plus every row of its own block, and nothing of the other blocks.
+    """
+    n, s = seqs.shape
+    last = s - 2  # the anchor needs at least one label inside the sequence
+    cands = torch.arange(first_anchor, last + 1)
+    k = min(n_anchors, len(cands))
+    anchors = torch.stack(
+        [cands[torch.randperm(len(cands), generator=gen)[:k]].sort().values for _ in range(n)]
+    )
+    rows = torch.arange(b)
+    pos = anchors[:, :, None] + rows  # [n, k, b]
+    offset = 1 if strategy == "dspark" else 0  # row r is trained for anchor + r + offset
+    label_pos = pos + offset
+    valid = label_pos < s
+    labels = torch.gather(seqs, 1, label_pos.clamp(max=s - 1).view(n, -1)).view(n, k, b)
+    if strategy == "dflash":
+        valid[:, :, 0] = False  # the anchor row is not trained under mask-fill
+    ids = torch.full((n, k, b), mask_id, dtype=torch.long)
+    ids[:, :, 0] = torch.gather(seqs, 1, anchors)
+    ctx_ok = torch.arange(s)[None, None, :] < anchors[:, :, None]  # [n, k, s]
+    same_block = torch.eye(k, dtype=torch.bool)[:, :, None, None].expand(k, k, b, b)
+    blk_ok = same_block.permute(0, 2, 1, 3).reshape(k * b, k * b)
+    mask = torch.cat(
+        [ctx_ok[:, :, None, :].expand(n, k, b, s).reshape(n, k * b, s), blk_ok.expand(n, -1, -1)], dim=-1
+    )[:, None]
+    return ids.view(n, -1), pos.view(n, -1), labels.view(n, -1), valid.view(n, -1), mask
+
+
+def train_drafter(
+    args: argparse.Namespace, strategy: str, cfg: dict[str, Any], target: Any, seqs: torch.Tensor,
+    feats: torch.Tensor, gen: torch.Generator, bar: bool,
+) -> tuple[Any, list[float]]:
+    from sglang_dspark_plugin.engine.drafter import new_draft_model
+
+    b, mask_id = args.block_size, cfg["dflash_config"]["mask_token_id"]
+    draft = new_draft_model(cfg, seed=args.seed).float().train()
+    embed, lm_head = target.get_input_embeddings(), target.lm_head
+    # Draft j (1-based) is the j-th harvested row; its loss weight decays with j like SpecForge's.
+    row_draft = torch.arange(b) + (0 if strategy == "dflash" else 1)
+    row_w = torch.exp(-(row_draft - 1).clamp(min=0).float() / args.loss_decay)
+    opt = torch.optim.AdamW(draft.parameters(), lr=args.draft_lr, weight_decay=0.0)
+    s = seqs.shape[1]
+    ctx_pos = torch.arange(s)
+    losses: list[float] = []
+    for step in tqdm(range(args.draft_steps), desc=f"drafter {strategy}", disable=not bar):
+        pick = torch.randint(0, len(seqs), (args.draft_batch,), generator=gen)
+        x = seqs[pick]
+        ids, pos, labels, valid, mask = block_batch(
+            x, args.prompt_len - 1, b, args.anchors, strategy, mask_id, gen
+        )
+        with torch.no_grad():
+            noise = embed(ids)
+        position_ids = torch.cat([ctx_pos.expand(len(x), -1), pos], dim=1)
+        hidden = draft(noise, feats[pick].float(), position_ids, attention_mask=mask)
+        logits = lm_head(hidden)
+        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none")
+        w = row_w.repeat(ids.shape[1] // b)[None].expand_as(valid) * valid
+        loss = (ce * w.reshape(-1)).sum() / w.sum().clamp(min=1e-6)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, args.draft_steps, args.draft_lr)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
+        opt.step()
+        losses.append(float(loss.detach()))
+    return draft.eval(), losses
+
+
+# ---------------------------------------------------------------- f. export
+def export_drafter(draft: Any, cfg: dict[str, Any], folder: Path) -> None:
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().to(torch.float16).contiguous() for k, v in draft.state_dict().items()}
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
+def pick_prompts(tok: Any, held: list[str], n: int, n_tokens: int) -> list[str]:
+    """Fixed prompts: the opening lines of held-out stdlib files after their docstrings."""
+    prompts = []
+    for text in held:
+        lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+        body = "\n".join(lines[len(lines) // 3 :])  # skip licence headers and module docstrings
+        ids = tok(body, add_special_tokens=False)["input_ids"][:n_tokens]
+        if len(ids) == n_tokens:
+            prompts.append(tok.decode(ids))
+        if len(prompts) == n:
+            break
+    return prompts
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    t0 = time.time()
+    torch.set_num_threads(args.threads)
+    random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    gen = torch.Generator().manual_seed(args.seed)
+    bar = not args.quiet
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    timings: dict[str, float] = {}
+
+    texts, held = load_texts(args)
+    tok = train_tokenizer(texts, args.vocab, out / "target")
+    stream = token_stream(tok, texts)
+    eos, mask_id = tok.convert_tokens_to_ids(EOS), tok.convert_tokens_to_ids(MASK)
+    timings["tokenizer_s"] = time.time() - t0
+
+    tcfg = target_config(args, len(tok), eos)
+    t = time.time()
+    target, target_losses = train_target(args, stream, tcfg, gen, bar)
+    timings["target_s"] = time.time() - t
+    target.half().save_pretrained(str(out / "target"))
+    target.float()
+    for p in target.parameters():
+        p.requires_grad_(False)
+
+    t = time.time()
+    starts = torch.randint(0, len(stream) - args.prompt_len, (args.gen_seqs,), generator=gen)
+    prompts = torch.stack([stream[s : s + args.prompt_len] for s in starts.tolist()])
+    seqs = greedy_continuations(target, prompts, args.gen_len, 64, bar)
+    layer_ids = [int(x) for x in args.target_layer_ids.split(",")] if args.target_layer_ids else sorted(
+        {1, args.layers // 2, args.layers - 1}
+    )
+    feats = context_features(target, seqs, layer_ids, 64)
+    timings["data_s"] = time.time() - t
+
+    report_drafters = {}
+    for strategy in ("dflash", "dspark"):
+        t = time.time()
+        cfg = drafter_config(args, tcfg, mask_id, layer_ids, strategy)
+        draft, losses = train_drafter(args, strategy, cfg, target, seqs, feats, gen, bar)
+        export_drafter(draft, cfg, out / f"drafter-{strategy}")
+        timings[f"drafter_{strategy}_s"] = time.time() - t
+        report_drafters[strategy] = {
+            "architecture": cfg["architectures"][0],
+            "steps": args.draft_steps,
+            "loss_first": losses[0],
+            "loss_last_50": sum(losses[-50:]) / len(losses[-50:]),
+            "parameters": sum(p.numel() for p in draft.parameters()),
+        }
+
+    (out / "prompts.json").write_text(
+        json.dumps(pick_prompts(tok, held, args.n_prompts, args.prompt_len), indent=2) + "\n"
+    )
+    timings["total_s"] = time.time() - t0
+    report = {
+        "seed": args.seed,
+        "threads": args.threads,
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+        "text": {"files": len(texts), "chars": sum(map(len, texts)), "tokens": len(stream)},
+        "tokenizer": {"vocab": len(tok), "mask_token_id": mask_id, "eos_token_id": eos},
+        "target": {
+            "layers": args.layers, "hidden": args.hidden, "heads": args.heads, "kv_heads": args.kv_heads,
+            "intermediate": args.intermediate, "seq": args.seq, "steps": args.target_steps,
+            "batch": args.target_batch, "loss_first": target_losses[0],
+            "loss_last_50": sum(target_losses[-50:]) / len(target_losses[-50:]),
+            "parameters": sum(p.numel() for p in target.parameters()),
+        },
+        "drafter_data": {"sequences": args.gen_seqs, "prompt_len": args.prompt_len, "gen_len": args.gen_len},
+        "block_size": args.block_size,
+        "target_layer_ids": layer_ids,
+        "drafters": report_drafters,
+        "wall_time_s": {k: round(v, 1) for k, v in timings.items()},
+    }
+    (out / "training_report.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps({"out": str(out), "wall_time_s": report["wall_time_s"],
+                      "target_loss": report["target"]["loss_last_50"],
+                      "drafter_loss": {k: v["loss_last_50"] for k, v in report_drafters.items()}}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
