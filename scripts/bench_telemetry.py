@@ -1,6 +1,7 @@
 """Per-round cost of the accept-length telemetry (``AcceptTelemetry.on_verify_complete``).
 
 Usage: python scripts/bench_telemetry.py [--rounds N] [--gamma G] [--repeats R] [--json]
+       python scripts/bench_telemetry.py --demo [--gamma G]
 
 Each configuration feeds a fresh ``AcceptTelemetry`` (default settings: summary every 100 rounds,
 alarm armed) with pre-generated accepted-draft counts, as sglang's ``on_verify_complete_cpu`` would:
@@ -11,6 +12,11 @@ alarm armed) with pre-generated accepted-draft counts, as sglang's ``on_verify_c
 It prints microseconds per round (median of the repeats) for batch sizes 1, 64 and 256, as CPU time
 (what the hook costs the scheduler thread) and as wall time, against the target of at most 20 us per
 round at batch 64 (CPU time, default logging). The target is reported, never asserted.
+
+``--demo`` instead prints what the telemetry logs for a simulated stream that collapses halfway (a
+matched drafter, then a mismatched harvest): per-round lines, summaries, the alarm, the final summary
+and the Prometheus metrics. The ``MEMRA_DSPARK_*`` variables apply; the demo's own defaults are a
+summary every 4 rounds and a 4-round alarm window after 2 warm-up rounds.
 """
 
 from __future__ import annotations
@@ -24,24 +30,67 @@ import statistics
 import sys
 import time
 
-from sglang_dspark_plugin.telemetry import ACCEPT_LOGGER, AcceptTelemetry, TelemetrySettings
+from sglang_dspark_plugin.draft_config import TIER_STRUCTURAL, Signal
+from sglang_dspark_plugin.harvest import DsparkHarvest
+from sglang_dspark_plugin.telemetry import (
+    ACCEPT_LOGGER,
+    ENV_ALARM_WARMUP,
+    ENV_ALARM_WINDOW,
+    ENV_SUMMARY_EVERY,
+    AcceptTelemetry,
+    PrometheusMetrics,
+    TelemetrySettings,
+)
 
 TARGET_US_AT_64 = 20.0
 BATCH_SIZES = (1, 64, 256)
 
 
+def accepted_drafts(gamma: int, p: float, rng: random.Random) -> int:
+    """One request's accepted drafts when each draft is accepted with probability ``p``."""
+    n = 0
+    while n < gamma and rng.random() < p:
+        n += 1
+    return n
+
+
 def make_counts(bs: int, gamma: int, n_lists: int, rng: random.Random) -> list[list[int]]:
     """Accepted-draft counts with a healthy, geometric-like spread (mean accept length about 3)."""
-    lists = []
-    for _ in range(n_lists):
-        row = []
-        for _ in range(bs):
-            n = 0
-            while n < gamma and rng.random() < 0.67:
-                n += 1
-            row.append(n)
-        lists.append(row)
-    return lists
+    return [[accepted_drafts(gamma, 0.67, rng) for _ in range(bs)] for _ in range(n_lists)]
+
+
+def demo(gamma: int, rounds: int, batch: int) -> int:
+    """Log a stream that is healthy for half the rounds, then collapses (a mismatched harvest)."""
+    env = dict(os.environ)
+    for var, value in ((ENV_SUMMARY_EVERY, "4"), (ENV_ALARM_WARMUP, "2"), (ENV_ALARM_WINDOW, "4")):
+        env.setdefault(var, value)
+    settings = TelemetrySettings.from_env(env)
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stdout, datefmt="%Y-%m-%d %H:%M:%S",
+        format="[%(asctime)s] %(levelname)s %(message)s",
+    )
+    evidence = (Signal("config.json:architectures[0]", "DSparkDraftModel", TIER_STRUCTURAL, "dspark"),)
+    metrics = registry = None
+    try:
+        from prometheus_client import CollectorRegistry, generate_latest
+
+        registry = CollectorRegistry()
+        metrics = PrometheusMetrics(gamma, registry=registry)
+    except ImportError:
+        print("(prometheus_client is not installed: no metrics in this demo)")
+    telemetry = AcceptTelemetry(gamma, DsparkHarvest.DSPARK, "census", evidence, settings, metrics)
+    logging.getLogger(ACCEPT_LOGGER).info("%s", telemetry.describe())
+    rng = random.Random(0)
+    for i in range(rounds):
+        p = 0.75 if i < rounds // 2 else 0.1  # matched drafter, then drafts under the wrong convention
+        telemetry.on_verify_complete([accepted_drafts(gamma, p, rng) for _ in range(batch)])
+    summary = telemetry.summary()
+    summary["alarms"] = [a["round_index"] for a in summary["alarms"]]  # the messages are logged above
+    print(json.dumps(summary))
+    if registry is not None:
+        exposition = generate_latest(registry).decode()
+        print("\n".join(line for line in exposition.splitlines() if line and "_created" not in line))
+    return 0
 
 
 def run_once(
@@ -72,10 +121,15 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rounds", type=int, default=20000, help="rounds per measurement (default 20000)")
-    parser.add_argument("--gamma", type=int, default=16, help="drafts per round (default 16: dspark, b=16)")
+    parser.add_argument("--gamma", type=int, default=None,
+                        help="drafts per round (default 16: dspark, b=16; 4 with --demo)")
     parser.add_argument("--repeats", type=int, default=3, help="measurements per cell; the median is shown")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--demo", action="store_true", help="print sample log lines, alarm and metrics")
     args = parser.parse_args(argv)
+    if args.demo:
+        return demo(args.gamma or 4, rounds=12, batch=3)
+    args.gamma = args.gamma or 16
 
     rng = random.Random(0)
     sink = open(os.devnull, "w")  # noqa: SIM115  # a real stream whose writes are discarded

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -480,6 +481,54 @@ def test_bench_script_prints_the_three_batch_sizes():
     assert out.stderr == ""  # nothing leaks to the console from the timed loop
 
 
+def test_bench_demo_shows_the_collapse_alarm_and_metrics():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMRA_DSPARK_")}
+    out = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "bench_telemetry.py"), "--demo"],
+        capture_output=True, text=True, check=True, timeout=120, env=env,
+    )
+    lines = out.stdout.splitlines()
+    assert sum("dspark accept round=" in line for line in lines) == 12
+    assert sum("dspark accept summary" in line for line in lines) == 3
+    alarms = [line for line in lines if "ALARM" in line]
+    assert len(alarms) == 1 and "MEMRA_DSPARK_HARVEST=dflash" in alarms[0]
+    assert 'dspark_harvest_info{harvest="dspark",source="census"} 1.0' in lines
+    assert "dspark_harvest_rounds_total 12.0" in lines
+
+
 def test_round_record_is_a_plain_dataclass():
     record = RoundRecord(7, 2, [1, 3], 2.0)
     assert record.valid and record.to_json()["accept_lengths"] == [1, 3]
+
+
+MULTIPROCESS_SCRIPT = """
+import json, sys
+from prometheus_client import CollectorRegistry
+from prometheus_client.multiprocess import MultiProcessCollector
+from sglang_dspark_plugin.telemetry import AcceptTelemetry, PrometheusMetrics, TelemetrySettings
+
+quiet = TelemetrySettings(accept_log_level=None, summary_every=0, alarm_threshold=0.0)
+t = AcceptTelemetry(3, "dspark", "env", settings=quiet, metrics=PrometheusMetrics(3))
+t.on_verify_complete([3, 0, 1])
+t.summary()
+registry = CollectorRegistry()
+MultiProcessCollector(registry)
+get = registry.get_sample_value
+print(json.dumps({
+    "rounds": get("dspark_harvest_rounds_total"),
+    "tokens": get("dspark_harvest_accepted_tokens_total"),
+    "pos1": get("dspark_harvest_position_accepted_total", {"position": "1"}),
+    "info": get("dspark_harvest_info", {"harvest": "dspark", "source": "env"}),
+}))
+"""
+
+
+def test_metrics_work_in_prometheus_multiprocess_mode(tmp_path):
+    # sglang runs prometheus_client in multiprocess mode; the mode is fixed at import, hence a subprocess.
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-c", MULTIPROCESS_SCRIPT], capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"rounds": 1.0, "tokens": 7.0, "pos1": 2.0, "info": 1.0}
+    assert list(tmp_path.iterdir())  # the values went through the multiprocess files
