@@ -1,0 +1,96 @@
+"""The sglang glue: the only sub-package that imports sglang.
+
+``register`` is the entry point of the group ``sglang.srt.plugins`` (see pyproject.toml); sglang calls
+it with no argument in every process that runs ``sglang.srt.plugins.load_plugins()`` (the launcher
+before argument parsing, every scheduler process before ``Scheduler(...)``). Importing this package
+does not import sglang; ``register()`` does.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from .resolution import ALGORITHM
+
+logger = logging.getLogger("sglang_dspark_plugin.sglang_plugin")
+
+_FIX = (
+    "install a supported sglang (pip install 'sglang-dspark-plugin[sglang-0523]' or '[sglang-0517]') "
+    "and run `dspark-harvest doctor`"
+)
+
+
+def is_registered() -> bool:
+    """Whether ``DSPARK_HARVEST`` resolves through sglang's ``SpeculativeAlgorithm.from_string``."""
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    try:
+        SpeculativeAlgorithm.from_string(ALGORITHM)
+    except ValueError:
+        return False
+    return True
+
+
+def _factory(server_args: Any) -> type:
+    """The worker class for the harvest the draft checkpoint resolves to (called by ``create_worker``)."""
+    from . import workers
+    from .resolution import served
+
+    return workers.worker_class_for(served(server_args).resolution.harvest)
+
+
+def register() -> bool:
+    """Register ``DSPARK_HARVEST`` with sglang; idempotent; never raises.
+
+    Checks the installed sglang against the contract (the plugin's and the workers' entries). On a
+    mismatch it registers nothing and logs ONE error line, so sglang keeps serving every other
+    algorithm. Returns whether the algorithm is registered afterwards.
+    """
+    try:
+        from . import contract
+
+        version = contract.sglang_version()
+        if is_registered():
+            return True
+        missing = [s for s in contract.check_contract() if not s.ok]
+        if missing:
+            shown = "; ".join(f"{s.target} ({s.problem})" for s in missing[:6])
+            more = f" and {len(missing) - 6} more" if len(missing) > 6 else ""
+            logger.error(
+                "sglang-dspark-plugin: %s NOT registered: sglang %s lacks what the plugin relies on: %s%s; "
+                "other speculative algorithms are unaffected; %s.",
+                ALGORITHM,
+                version,
+                shown,
+                more,
+                _FIX,
+            )
+            return False
+        if version not in contract.SUPPORTED_SGLANG:
+            logger.warning(
+                "sglang-dspark-plugin: sglang %s is not a tested version (%s); its contract checks "
+                "passed, so %s is registered; validate on your hardware with scripts/gpu_validate.py.",
+                version,
+                ", ".join(contract.SUPPORTED_SGLANG),
+                ALGORITHM,
+            )
+        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+        from .spec_algo import DsparkHarvestSpecAlgo
+
+        SpeculativeAlgorithm.register(ALGORITHM, supports_overlap=True, spec_class=DsparkHarvestSpecAlgo)(
+            _factory
+        )
+        return True
+    except Exception as err:  # noqa: BLE001 - a plugin must never take sglang down
+        logger.error(
+            "sglang-dspark-plugin: %s NOT registered: %r; other speculative algorithms are unaffected; %s.",
+            ALGORITHM,
+            err,
+            _FIX,
+        )
+        return False
+
+
+__all__ = ["register", "is_registered", "ALGORITHM"]

@@ -1,0 +1,204 @@
+"""The contract: every sglang class, method and signature the plugin relies on, and a check of it.
+
+An entry is ``(module, qualname, params)``: the object ``module.qualname`` must exist and, when
+``params`` is a tuple, its signature must have every one of those parameter names (``None`` = only
+existence). The workers add their own entries (``workers.WORKER_CONTRACT``); ``register()`` and
+``dspark-harvest doctor`` check the union, so a sglang that moved or renamed something is reported by
+name instead of failing inside a scheduler process.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass
+from importlib import metadata
+
+SUPPORTED_SGLANG = ("0.5.17", "0.5.23")
+"""Versions the plugin is tested against (0.5.17: the eval pin; 0.5.23: the current release)."""
+
+Entry = tuple[str, str, "tuple[str, ...] | None"]
+
+_SPEC_INFO = "sglang.srt.speculative.spec_info"
+_REGISTRY = "sglang.srt.speculative.spec_registry"
+_HOOK = "sglang.srt.arg_groups.speculative_hook"
+_OVERRIDES = "sglang.srt.arg_groups.overrides"
+
+PLUGIN_CONTRACT: list[Entry] = [
+    (_SPEC_INFO, "SpeculativeAlgorithm.register", ("name", "supports_overlap", "spec_class")),
+    (_SPEC_INFO, "SpeculativeAlgorithm.from_string", ("name",)),
+    (_SPEC_INFO, "SpeculativeAlgorithm.DFLASH", None),
+    (_SPEC_INFO, "SpeculativeAlgorithm.DSPARK", None),
+    (_SPEC_INFO, "SpeculativeAlgorithm.handle_server_args", ("server_args",)),
+    (
+        _SPEC_INFO,
+        "SpeculativeAlgorithm.create_future_map",
+        ("device", "req_to_token_pool", "needs_cpu_seq_lens", "needs_confidence_relay"),
+    ),
+    (
+        _SPEC_INFO,
+        "SpeculativeAlgorithm.get_num_tokens_per_req_for_target_verify",
+        ("num_draft_tokens", "is_draft_worker"),
+    ),
+    (_SPEC_INFO, "SpeculativeAlgorithm.carries_draft_hidden_states", ()),
+    (_SPEC_INFO, "SpeculativeAlgorithm.need_topk", ()),
+    (_SPEC_INFO, "SpeculativeAlgorithm.is_dflash_family", ()),
+    (_REGISTRY, "CustomSpecAlgo.__init__", ("name", "factory", "supports_overlap", "validate_server_args")),
+    (_REGISTRY, "CustomSpecAlgo.create_worker", ("server_args",)),
+    (_HOOK, "_handle_dflash", ("server_args",)),
+    (_HOOK, "_handle_dspark", ("server_args",)),
+    ("sglang.srt.speculative.ragged_verify", "read_ragged_verify_mode", ()),
+    ("sglang.srt.runtime_context", "get_context", ()),
+    ("sglang.srt.plugins", "load_plugins", ()),
+    ("sglang.srt.server_args", "prepare_server_args", ("argv",)),
+    ("sglang.srt.server_args", "ServerArgs", None),
+]
+"""What the registration and argument code relies on in every supported version."""
+
+PLUGIN_CONTRACT_0523: list[Entry] = [
+    (_OVERRIDES, "_ForeignDefaults", None),
+    (_OVERRIDES, "record_of", ("view",)),
+    (_OVERRIDES, "resolving_view", ("server_args",)),
+    (_OVERRIDES, "declare_resolution", ("server_args", "source")),
+]
+"""0.5.23's resolution pipeline: a plugin's handle_server_args receives a recording stand-in."""
+
+SERVER_ARGS_FIELDS = (
+    "speculative_algorithm",
+    "speculative_draft_model_path",
+    "speculative_num_draft_tokens",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_dflash_block_size",
+    "speculative_dspark_block_size",
+    "disaggregation_mode",
+    "device",
+)
+"""ServerArgs fields read or set by ``handle_server_args``."""
+
+
+@dataclass(frozen=True)
+class HookStatus:
+    """One contract entry checked against the installed sglang."""
+
+    module: str
+    qualname: str
+    params: tuple[str, ...] | None
+    ok: bool
+    problem: str = ""
+
+    @property
+    def target(self) -> str:
+        return f"{self.module}.{self.qualname}"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "hook": self.target,
+            "params": None if self.params is None else list(self.params),
+            "ok": self.ok,
+            "problem": self.problem,
+        }
+
+
+def sglang_version() -> str | None:
+    """The installed sglang distribution's version, or None when it is not installed."""
+    try:
+        return metadata.version("sglang")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _resolve(module: str, qualname: str) -> object:
+    obj: object = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def check_entry(module: str, qualname: str, params: tuple[str, ...] | None) -> HookStatus:
+    """Check one entry: importable, present, and (when asked) with the expected parameter names."""
+    try:
+        obj = _resolve(module, qualname)
+    except ImportError as err:
+        return HookStatus(module, qualname, params, False, f"module does not import: {err}")
+    except AttributeError:
+        return HookStatus(module, qualname, params, False, "missing")
+    if params is None:
+        return HookStatus(module, qualname, params, True)
+    try:
+        sig = inspect.signature(obj)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as err:
+        return HookStatus(module, qualname, params, False, f"no inspectable signature: {err}")
+    missing = [p for p in params if p not in sig.parameters]
+    if missing:
+        return HookStatus(
+            module, qualname, params, False, f"signature {sig} lacks parameter(s) {', '.join(missing)}"
+        )
+    return HookStatus(module, qualname, params, True)
+
+
+def uses_resolution_pipeline() -> bool:
+    """True for sglang with 0.5.23's declaration-based argument resolution."""
+    try:
+        overrides = importlib.import_module(_OVERRIDES)
+    except ImportError:
+        return False
+    return hasattr(overrides, "record_foreign_defaults")
+
+
+def worker_contract() -> list[Entry] | HookStatus:
+    """``workers.WORKER_CONTRACT``, or a failing status when the workers module does not import."""
+    target = "sglang_dspark_plugin.sglang_plugin.workers"
+    try:
+        workers = importlib.import_module(target)
+    except Exception as err:  # noqa: BLE001 - any import failure is a contract failure to report
+        return HookStatus(target, "WORKER_CONTRACT", None, False, f"does not import: {err!r}")
+    entries = getattr(workers, "WORKER_CONTRACT", None)
+    if entries is None:
+        return HookStatus(target, "WORKER_CONTRACT", None, False, "missing")
+    return list(entries)
+
+
+def full_contract() -> list[Entry]:
+    """The plugin's entries for the installed sglang (without the workers')."""
+    entries = list(PLUGIN_CONTRACT)
+    if uses_resolution_pipeline():
+        entries += PLUGIN_CONTRACT_0523
+    return entries
+
+
+def check_contract(extra: list[Entry] | None = None) -> list[HookStatus]:
+    """Check the plugin's entries, the ServerArgs fields, the workers' entries and ``extra``."""
+    statuses = [check_entry(*entry) for entry in full_contract()]
+    server_args = next((s for s in statuses if s.qualname == "ServerArgs"), None)
+    if server_args is not None and server_args.ok:
+        from sglang.srt.server_args import ServerArgs
+
+        known = set(getattr(ServerArgs, "__dataclass_fields__", {})) or set(dir(ServerArgs))
+        for name in SERVER_ARGS_FIELDS:
+            ok = name in known
+            statuses.append(
+                HookStatus("sglang.srt.server_args", f"ServerArgs.{name}", None, ok, "" if ok else "missing")
+            )
+    workers = worker_contract()
+    if isinstance(workers, HookStatus):
+        statuses.append(workers)
+    else:
+        statuses += [check_entry(*entry) for entry in workers]
+    statuses += [check_entry(*entry) for entry in extra or ()]
+    return statuses
+
+
+__all__ = [
+    "SUPPORTED_SGLANG",
+    "PLUGIN_CONTRACT",
+    "PLUGIN_CONTRACT_0523",
+    "SERVER_ARGS_FIELDS",
+    "HookStatus",
+    "sglang_version",
+    "check_entry",
+    "check_contract",
+    "full_contract",
+    "worker_contract",
+    "uses_resolution_pipeline",
+]

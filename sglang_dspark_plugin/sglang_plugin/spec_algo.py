@@ -1,0 +1,318 @@
+"""The ``spec_class`` of ``DSPARK_HARVEST``: sglang's DFLASH or DSPARK, chosen by the draft checkpoint.
+
+sglang dispatches on predicates (``is_dflash()``, ``is_dflash_family()``, ``supports_*()``, ...), never on
+the algorithm's name, so the plugin's algorithm mirrors the builtin enum member of its resolved arm:
+``SpeculativeAlgorithm.DFLASH`` for the mask-fill arm, ``SpeculativeAlgorithm.DSPARK`` for the shifted
+arm. Every mirrored method asks that member, so its answer is the builtin's in every sglang version.
+
+When the arm is known. The instance is built at registration, before any argument is parsed, in every
+process that calls ``load_plugins()`` (scheduler processes are spawned: nothing carries over). So:
+* main process: ``handle_server_args`` runs the census during argument resolution and caches the arm;
+* scheduler process: sglang publishes the server args before ``Scheduler(...)`` (0.5.17
+  ``managers/scheduler.py:4919``, 0.5.23 ``:6327``); the first arm-dependent predicate resolves from
+  ``get_context().server_args`` through ``served(...)`` and caches it.
+Predicates that are the same for both members (``is_dflash_family``, ``supports_target_verify_for_draft``,
+``need_topk``, ...) answer before the arm is known; the tests check that both members agree on them.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+from sglang.srt.speculative.spec_registry import CustomSpecAlgo
+
+from ..errors import GeometryError
+from ..geometry import RoundGeometry
+from ..harvest import ENV_VAR, DsparkHarvest
+from .resolution import (
+    ALGORITHM,
+    ServeRefusal,
+    announce,
+    builtin_name,
+    declare_args,
+    published_server_args,
+    read_arg,
+    served,
+    unwrap_record,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+logger = logging.getLogger("sglang_dspark_plugin.sglang_plugin")
+
+_SOURCE = f"{ALGORITHM}.handle_server_args"
+
+# Methods whose answer does not depend on the arm (both builtin members agree; tested).
+ARM_INDEPENDENT = (
+    "is_some",
+    "is_none",
+    "is_speculative",
+    "is_eagle",
+    "is_eagle3",
+    "is_frozen_kv_mtp",
+    "is_uno",
+    "is_dflash_family",
+    "is_standalone",
+    "is_ngram",
+    "supports_target_verify_for_draft",
+    "supports_prefill_shared_read_done",
+    "supports_mixed_chunk",
+    "supports_grammar_overlap",
+    "has_draft_kv",
+    "carries_draft_hidden_states",
+    "need_topk",
+)
+# Methods whose answer depends on the arm (DFLASH vs DSPARK).
+ARM_DEPENDENT = (
+    "is_dflash",
+    "is_dspark",
+    "supports_ragged_verify",
+    "get_num_tokens_per_req_for_target_verify",
+)
+
+
+def builtin_member(harvest: DsparkHarvest) -> SpeculativeAlgorithm:
+    """The builtin enum member whose semantics the arm serves."""
+    return SpeculativeAlgorithm[builtin_name(harvest)]
+
+
+class DsparkHarvestSpecAlgo(CustomSpecAlgo):
+    """``CustomSpecAlgo`` that behaves as DFLASH or DSPARK, whichever the checkpoint was trained for."""
+
+    def __init__(
+        self,
+        name: str,
+        factory: Any,
+        *,
+        supports_overlap: bool = False,
+        validate_server_args: Any = None,
+    ) -> None:
+        super().__init__(
+            name, factory, supports_overlap=supports_overlap, validate_server_args=validate_server_args
+        )
+        self._harvest: DsparkHarvest | None = None
+
+    def __repr__(self) -> str:
+        arm = "unresolved" if self._harvest is None else self._harvest.name()
+        return f"DsparkHarvestSpecAlgo({self.name!r}, harvest={arm})"
+
+    # -- the arm -------------------------------------------------------------------------------
+    @property
+    def harvest(self) -> DsparkHarvest:
+        """The resolved arm; resolves lazily from the server args sglang published in this process."""
+        if self._harvest is None:
+            server_args = published_server_args()
+            if server_args is None:
+                raise RuntimeError(
+                    f"{ALGORITHM}: the harvest arm is not resolved in this process yet (no server args "
+                    "were handled or published). sglang resolves arguments before it builds a "
+                    "scheduler; if you build ServerArgs yourself, call resolve_once() (0.5.23) or "
+                    "publish them before asking for DFLASH/DSPARK-specific predicates."
+                )
+            self._harvest = served(server_args).resolution.harvest
+        return self._harvest
+
+    def _member(self) -> SpeculativeAlgorithm:
+        return builtin_member(self.harvest)
+
+    def _any_member(self) -> SpeculativeAlgorithm:
+        # Arm-independent predicates: both members agree, so an unresolved arm may answer with DFLASH.
+        if self._harvest is None and published_server_args() is None:
+            return SpeculativeAlgorithm.DFLASH
+        return self._member()
+
+    # -- predicates mirrored from the builtin member ---------------------------------------------
+    def is_some(self) -> bool:
+        return self._any_member().is_some()
+
+    def is_none(self) -> bool:
+        return self._any_member().is_none()
+
+    def is_speculative(self) -> bool:
+        return self._any_member().is_speculative()
+
+    def is_eagle(self) -> bool:
+        return self._any_member().is_eagle()
+
+    def is_eagle3(self) -> bool:
+        return self._any_member().is_eagle3()
+
+    def is_frozen_kv_mtp(self) -> bool:
+        return self._any_member().is_frozen_kv_mtp()
+
+    def is_uno(self) -> bool:
+        member = self._any_member()
+        return bool(getattr(member, "is_uno", lambda: False)())  # 0.5.17 has no UNO
+
+    def is_dflash(self) -> bool:
+        return self._member().is_dflash()
+
+    def is_dspark(self) -> bool:
+        return self._member().is_dspark()
+
+    def is_dflash_family(self) -> bool:
+        return self._any_member().is_dflash_family()
+
+    def is_standalone(self) -> bool:
+        return self._any_member().is_standalone()
+
+    def is_ngram(self) -> bool:
+        return self._any_member().is_ngram()
+
+    def supports_target_verify_for_draft(self) -> bool:
+        return self._any_member().supports_target_verify_for_draft()
+
+    def supports_prefill_shared_read_done(self) -> bool:
+        member = self._any_member()
+        return bool(getattr(member, "supports_prefill_shared_read_done", lambda: False)())
+
+    def supports_mixed_chunk(self) -> bool:
+        member = self._any_member()
+        return bool(getattr(member, "supports_mixed_chunk", lambda: False)())
+
+    def supports_ragged_verify(self) -> bool:
+        return self._member().supports_ragged_verify()
+
+    def supports_grammar_overlap(self) -> bool:
+        return self._any_member().supports_grammar_overlap()
+
+    def has_draft_kv(self) -> bool:
+        return self._any_member().has_draft_kv()
+
+    # -- the three methods the scheduler calls that CustomSpecAlgo lacks (research 2.3) ----------
+    def carries_draft_hidden_states(self) -> bool:
+        return self._any_member().carries_draft_hidden_states()
+
+    def need_topk(self) -> bool:
+        return self._any_member().need_topk()
+
+    def create_future_map(
+        self,
+        device: torch.device,
+        req_to_token_pool: Any,
+        needs_cpu_seq_lens: bool = True,
+        needs_confidence_relay: bool = False,
+    ) -> Any:
+        # The enum's own body, bound to this algorithm: the FutureMap consults our predicates.
+        return SpeculativeAlgorithm.create_future_map(
+            self, device, req_to_token_pool, needs_cpu_seq_lens, needs_confidence_relay
+        )
+
+    def get_num_tokens_per_req_for_target_verify(self, num_draft_tokens: int, is_draft_worker: bool) -> int:
+        return self._member().get_num_tokens_per_req_for_target_verify(num_draft_tokens, is_draft_worker)
+
+    def resolve_max_speculative_num_draft_tokens(self, server_args: Any) -> int | None:
+        member = self._member()
+        if hasattr(member, "resolve_max_speculative_num_draft_tokens"):
+            return member.resolve_max_speculative_num_draft_tokens(server_args)
+        return read_arg(server_args, "speculative_num_draft_tokens")
+
+    # -- argument resolution ---------------------------------------------------------------------
+    def handle_server_args(self, server_args: Any) -> None:
+        """Resolve the harvest once and set the geometry; refuse contradictions before any model loads."""
+        record = unwrap_record(server_args)
+        refuse_disaggregation(record)
+        s = served(record)
+        g = s.geometry
+        check_width_flags(record, g, s.cfg.path)
+        member = builtin_member(g.harvest)
+        block_flag = (
+            "speculative_dflash_block_size"
+            if g.harvest is DsparkHarvest.DFLASH
+            else "speculative_dspark_block_size"
+        )
+        declare_args(
+            record,
+            _SOURCE,
+            speculative_num_draft_tokens=g.verify_window,
+            speculative_num_steps=1,
+            speculative_eagle_topk=1,
+            **{block_flag: g.block_size},
+        )
+        device = str(read_arg(record, "device") or "")
+        if device == "cpu":
+            # sglang's DFLASH/DSPARK handlers refuse cpu; the geometry above is all that applies here.
+            logger.warning(
+                "%s: --device cpu: geometry resolved (%s arm), but sglang's %s worker needs "
+                "cuda/npu/xpu to serve; its device checks and draft attention backend are skipped.",
+                ALGORITHM,
+                g.harvest.name(),
+                member.name,
+            )
+        else:
+            # The builtin dispatcher (ragged-verify env check, then _handle_dflash / _handle_dspark)
+            # sets the draft attention backend, max_running_requests and its own checks.
+            member.handle_server_args(record)
+        resolved = read_arg(record, "speculative_num_draft_tokens")
+        if resolved is None or int(resolved) != g.verify_window:
+            raise GeometryError(
+                f"{ALGORITHM}: sglang's {member.name} handler changed speculative_num_draft_tokens to "
+                f"{resolved}, but the {g.harvest.name()} geometry of {s.cfg.path} needs "
+                f"{g.verify_window}; this sglang version is not supported (run `dspark-harvest doctor`).",
+                where="speculative_num_draft_tokens",
+            )
+        self._harvest = g.harvest
+        announce(s)
+
+
+def refuse_disaggregation(server_args: Any) -> None:
+    """Refuse prefill-decode disaggregation at startup (it would fail mid-request, not at launch)."""
+    mode = read_arg(server_args, "disaggregation_mode")
+    if mode not in (None, "null"):
+        raise ServeRefusal(
+            f"{ALGORITHM} does not support prefill-decode disaggregation (--disaggregation-mode {mode}). "
+            "sglang builds the prefill->decode draft state only for its builtin algorithms "
+            "(SpeculativeAlgorithm.build_disagg_draft_input), and a harvest-resolved geometry has not "
+            "been validated across that transfer. Serve without --disaggregation-mode, or use the "
+            "builtin DFLASH/DSPARK with a checkpoint trained for that builtin's convention.",
+            kind="unsupported",
+            where="--disaggregation-mode",
+        )
+
+
+def check_width_flags(server_args: Any, geometry: RoundGeometry, checkpoint: str) -> None:
+    """Refuse a ``--speculative-num-draft-tokens`` or block-size flag that contradicts the geometry."""
+    g = geometry
+    why = (
+        "A wrong width is the same silent collapse as a wrong convention: drafts are verified against "
+        "positions their rows were not trained for (or trained rows are dropped); nothing crashes, "
+        f"acceptance just falls. Remove the flag ({ALGORITHM} sets it from the checkpoint), or set it "
+        f"to the value above. To serve the other convention, set {ENV_VAR}."
+    )
+    geometry_text = (
+        f"the {g.harvest.name()} harvest of {checkpoint} (block_size {g.block_size}: "
+        f"{g.gamma} drafts from rows {g.harvested_rows[0]}..{g.harvested_rows[-1]}, "
+        f"verify window {g.verify_window} = n_drafts(b) + 1)"
+    )
+    ndt = read_arg(server_args, "speculative_num_draft_tokens")
+    if ndt is not None and int(ndt) != g.verify_window:
+        raise GeometryError(
+            f"{ALGORITHM}: --speculative-num-draft-tokens {ndt} contradicts {geometry_text}; it must be "
+            f"{g.verify_window} (the verify window: the anchor plus {g.gamma} drafts). {why}",
+            where="--speculative-num-draft-tokens",
+        )
+    for field, flag in (
+        ("speculative_dflash_block_size", "--speculative-dflash-block-size"),
+        ("speculative_dspark_block_size", "--speculative-dspark-block-size"),
+    ):
+        value = read_arg(server_args, field)
+        if value is not None and int(value) != g.block_size:
+            raise GeometryError(
+                f"{ALGORITHM}: {flag} {value} contradicts {geometry_text}; the block size is the number "
+                f"of rows the drafter was trained on, read from the checkpoint, so it must be "
+                f"{g.block_size}. {why}",
+                where=flag,
+            )
+
+
+__all__ = [
+    "DsparkHarvestSpecAlgo",
+    "builtin_member",
+    "refuse_disaggregation",
+    "check_width_flags",
+    "ARM_INDEPENDENT",
+    "ARM_DEPENDENT",
+]
