@@ -1,0 +1,116 @@
+#!/usr/bin/env python
+"""Measure the issue's targets on the embedded models and print each one with PASS or MISS.
+
+Runs ``dspark-harvest check --json`` (the embedded target with each embedded drafter under each
+harvest, plus plain autoregressive decoding, side by side in one process) and checks:
+
+  1. matched accept length >= 2.0 x mismatched, for each drafter;
+  2. matched accept length >= 2.5 at the embedded block size;
+  3. speculative tokens/s >= 1.5 x autoregressive tokens/s, for the matched runs;
+  4. exact_match in all four runs.
+
+These are performance targets, so they are printed, never asserted by the test suite. Exit code:
+0 when every target passes, 1 when one is missed, 2 when the check itself failed.
+
+    python scripts/bench_check.py                 # run the check, then grade it
+    python scripts/bench_check.py --from-json r.json   # grade a saved `check --json` output
+    python scripts/bench_check.py -- --device cuda     # extra arguments go to `check`
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ACCEPT_RATIO = 2.0
+MIN_MATCHED_ACCEPT = 2.5
+MIN_SPEEDUP = 1.5
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    measured: str
+    ok: bool
+
+
+def grade(report: dict[str, Any]) -> list[Target]:
+    """The issue's targets, graded from one ``check --json`` report."""
+    runs = report["runs"]
+    ar = float(report["ar_tokens_per_s"])
+    by_strategy: dict[str, dict[bool, dict[str, Any]]] = {}
+    for run in runs:
+        by_strategy.setdefault(run["drafter_strategy"], {})[bool(run["matched"])] = run
+    out: list[Target] = []
+    for strategy, pair in sorted(by_strategy.items()):
+        matched, mismatched = pair.get(True), pair.get(False)
+        if matched is None or mismatched is None:
+            out.append(Target(f"{strategy}: both harvests measured", "a run is missing", False))
+            continue
+        m, x = float(matched["accept_length"]), float(mismatched["accept_length"])
+        ratio = m / x if x else float("inf")
+        out.append(Target(f"{strategy}: matched accept >= {ACCEPT_RATIO}x mismatched",
+                          f"{m:.2f} / {x:.2f} = {ratio:.2f}x", ratio >= ACCEPT_RATIO))
+        out.append(Target(f"{strategy}: matched accept >= {MIN_MATCHED_ACCEPT}",
+                          f"{m:.2f}", m >= MIN_MATCHED_ACCEPT))
+        tps = float(matched["tokens_per_s"])
+        speedup = tps / ar if ar else float("inf")
+        out.append(Target(f"{strategy}: matched tokens/s >= {MIN_SPEEDUP}x autoregressive",
+                          f"{tps:.1f} / {ar:.1f} = {speedup:.2f}x", speedup >= MIN_SPEEDUP))
+    exact = [bool(r["exact_match"]) for r in runs]
+    out.append(Target(f"exact_match in all {len(runs)} runs", f"{sum(exact)}/{len(runs)} exact",
+                      len(runs) == 4 and all(exact)))
+    return out
+
+
+def run_check(extra: list[str]) -> tuple[dict[str, Any], float]:
+    cmd = [sys.executable, "-m", "sglang_dspark_plugin", "check", "--json", *extra]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr[-4000:])
+        raise SystemExit(f"bench_check: `{' '.join(cmd[1:])}` failed with exit code {proc.returncode}")
+    return json.loads(proc.stdout), wall
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--from-json", type=Path, help="grade a saved `dspark-harvest check --json` output")
+    parser.add_argument("--save", type=Path, help="also write the raw check report here")
+    parser.add_argument("check_args", nargs="*", help="extra arguments for `dspark-harvest check`")
+    args = parser.parse_args(argv)
+    try:
+        if args.from_json:
+            report, wall = json.loads(args.from_json.read_text()), None
+        else:
+            report, wall = run_check(args.check_args)
+    except (OSError, ValueError) as exc:
+        print(f"bench_check: cannot read the check report: {exc}", file=sys.stderr)
+        return 2
+    if args.save:
+        args.save.write_text(json.dumps(report, indent=2) + "\n")
+
+    print(f"{'drafter':8} {'harvest':8} {'matched':8} {'accept':>7} {'tok/s':>8} {'exact':>6}  probe")
+    for r in report["runs"]:
+        print(f"{r['drafter_strategy']:8} {r['harvest']:8} {str(r['matched']):8} {r['accept_length']:7.2f} "
+              f"{r['tokens_per_s']:8.1f} {str(r['exact_match']):>6}  {r['probe_verdict']}")
+    print(f"autoregressive tokens/s: {report['ar_tokens_per_s']:.1f}"
+          + (f"   (check wall time {wall:.1f} s)" if wall is not None else ""))
+    print()
+    results = grade(report)
+    for t in results:
+        print(f"{'PASS' if t.ok else 'MISS'}  {t.name:50} {t.measured}")
+    return 0 if all(t.ok for t in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
