@@ -453,7 +453,9 @@ class _Census:
                 key, value, f"it must be true or false ({meaning})", f"set {key} to a boolean."
             )
         other = VOTE_DFLASH if on_true == VOTE_DSPARK else VOTE_DSPARK
-        self._signal(key, value, TIER_EXPLICIT, on_true if value else other, meaning)
+        vote = on_true if value else other
+        layout = "anchor-first, shifted" if vote == VOTE_DSPARK else "1+N fill-in, mask-fill"
+        self._signal(key, value, TIER_EXPLICIT, vote, f"{str(value).lower()}: {layout}")
 
     def _speculative_tokens(self, block_size: int) -> None:
         spec = self._section("speculators_config")
@@ -744,13 +746,16 @@ def _jsonable(value: Any) -> Any:
     """The value as JSON would hold it (the config came from JSON, so this is a cheap check)."""
     try:
         json.dumps(value)
-    except (TypeError, ValueError):
-        return repr(value)
+    except (TypeError, ValueError, RecursionError):
+        return _short(value)
     return value
 
 
 def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except (RecursionError, ValueError):
+        return f"<a {type(value).__name__} too deep or too long to print>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
