@@ -429,7 +429,9 @@ class AcceptTelemetry:
         votes = [f"{s.signal}={s.value!r} -> {s.vote}" for s in self.evidence if s.vote is not None]
         if votes:
             return "; ".join(votes)
-        return "none (no census signal: the historical default, dflash)"
+        if self.source == "default":
+            return "none (no census signal: dflash is the historical default)"
+        return "none (no census signal)"
 
     def alarm_message(self, window_mean: float, window_rounds: int, window_reqs: int) -> str:
         """The alarm text: what was seen, the harvest, its source and evidence, the cause, the fix."""
