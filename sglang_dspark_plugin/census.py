@@ -399,6 +399,7 @@ class _Census:
             *self._lookups("block_size", (("speculators_config",), ("transformer_layer_config",))),
             *self._lookups("dspark_block_size", ((),)),
         ]
+        sources = [(key, value) for key, value in sources if value is not None]  # null: not given
         if not sources:
             raise InvalidCheckpointError(
                 f"{self.config_file}: no block size (looked for block_size, dflash_config.block_size, "
@@ -700,19 +701,20 @@ class _Census:
         found = [
             *self._lookups("target_layer_ids", ((), ("dflash_config",), ("dspark_config",))),
             *self._lookups("dspark_target_layer_ids", ((),)),
-            *self._lookups("aux_hidden_state_layer_ids", ((),)),
         ]
-        ids: tuple[int, ...] | None = None
+        # speculators' aux_hidden_state_layer_ids name the same layers; used only when nothing else does.
+        found = [(k, v) for k, v in found if v is not None] or [
+            (k, v) for k, v in self._lookups("aux_hidden_state_layer_ids", ((),)) if v is not None
+        ]
+        parsed: dict[str, tuple[int, ...]] = {}
         for key, value in found:
-            if value is None:
-                continue
             if not isinstance(value, list):
                 raise self._invalid(key, value, "it must be a list of layer indices", f"fix {key}.")
-            parsed = tuple(
+            parsed[key] = tuple(
                 self._int(f"{key}[{i}]", v, minimum=0, what="a layer index") for i, v in enumerate(value)
             )
             if num_target_layers is not None:
-                for i, layer in enumerate(parsed):
+                for i, layer in enumerate(parsed[key]):
                     if layer >= num_target_layers:
                         raise self._invalid(
                             f"{key}[{i}]",
@@ -720,7 +722,14 @@ class _Census:
                             f"the target has {num_target_layers} layers (num_target_layers)",
                             "use layer indices 0..num_target_layers-1.",
                         )
-            ids = parsed if ids is None else ids
+        if len(set(parsed.values())) > 1:
+            listed = "; ".join(f"{k}={list(v)}" for k, v in parsed.items())
+            raise InvalidCheckpointError(
+                f"{self.config_file}: the target layer ids disagree ({listed}); keep the ones used in "
+                "training.",
+                where=f"{self.config_file}:{next(iter(parsed))}",
+            )
+        ids = next(iter(parsed.values()), None)
         return num_target_layers, ids
 
     # the tier rule ------------------------------------------------------------------------------

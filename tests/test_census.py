@@ -545,3 +545,24 @@ def test_every_refusal_is_a_typed_error_with_a_kind(written):
         with pytest.raises(DsparkHarvestError) as info:
             census(written[fx.name])
         assert info.value.kind in ("invalid", "unsupported") and info.value.message
+
+
+def test_null_block_size_is_not_given(tmp_path):
+    cfg = census(_write(tmp_path, {"block_size": None, "dflash_config": {"block_size": 11}}))
+    assert cfg.block_size == 11
+    with pytest.raises(InvalidCheckpointError, match="no block size"):
+        census(_write(tmp_path, {"block_size": None}))
+
+
+def test_target_layer_ids_that_disagree(tmp_path):
+    cfg = {"block_size": 8, "target_layer_ids": [1, 2], "dflash_config": {"target_layer_ids": [1, 3]}}
+    with pytest.raises(InvalidCheckpointError) as info:
+        census(_write(tmp_path, cfg))
+    assert "target layer ids disagree" in info.value.message and "[1, 3]" in info.value.message
+
+
+def test_aux_layer_ids_only_when_nothing_else_names_the_layers(tmp_path):
+    both = {"block_size": 8, "aux_hidden_state_layer_ids": [2, 3], "dflash_config": {"target_layer_ids": [1]}}
+    assert census(_write(tmp_path, both)).target_layer_ids == (1,)
+    aux_only = {"block_size": 8, "aux_hidden_state_layer_ids": [2, 3]}
+    assert census(_write(tmp_path, aux_only)).target_layer_ids == (2, 3)
