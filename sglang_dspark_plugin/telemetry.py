@@ -199,12 +199,12 @@ class RoundRecord:
     valid: bool = True  # False when a count was outside [0, gamma]; such rounds stay out of the stats
 
     def to_json(self) -> dict[str, Any]:
-        """JSON-able form."""
+        """JSON-able form (an invalid round's mean is ``None``: NaN is not JSON)."""
         return {
             "round_index": self.round_index,
             "batch_size": self.batch_size,
             "accept_lengths": list(self.accept_lengths),
-            "mean": self.mean,
+            "mean": self.mean if self.valid else None,
             "valid": self.valid,
         }
 

@@ -334,6 +334,7 @@ def test_out_of_range_counts_are_reported_once_and_kept_out(captured, bad):
     record = t.on_verify_complete(bad)
     t.on_verify_complete(bad)
     assert record.valid is False and record.batch_size == len(bad)
+    assert json.loads(json.dumps(record.to_json(), allow_nan=False))["mean"] is None
     after = t.summary()
     for key in ("rounds", "request_rounds", "accepted_drafts", "accepted_per_position",
                 "accept_length_histogram"):
