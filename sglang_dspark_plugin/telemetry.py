@@ -575,6 +575,60 @@ class AcceptTelemetry:
         )
 
 
+_FAMILIES: dict[tuple[int, tuple[str, ...]], tuple[Any, dict[str, Any]]] = {}
+
+
+def _metric_families(prometheus_client: Any, registry: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """The metric families of one registry, created once: a registry refuses a name registered twice."""
+    target = prometheus_client.REGISTRY if registry is None else registry
+    key = (id(target), names)
+    cached = _FAMILIES.get(key)
+    if cached is not None and cached[0] is target:
+        return cached[1]
+    counter = prometheus_client.Counter
+    labels = list(names)
+
+    def make(name: str, doc: str, extra: tuple[str, ...] = ()) -> Any:
+        return counter(name, doc, labels + list(extra), registry=target)
+
+    try:
+        families = {
+            "rounds": make("dspark_harvest_rounds", "Verify rounds recorded by the DSPARK_HARVEST plugin."),
+            "request_rounds": make(
+                "dspark_harvest_request_rounds", "Request-rounds (sum of batch sizes over verify rounds)."
+            ),
+            "accepted_tokens": make(
+                "dspark_harvest_accepted_tokens",
+                "Accepted tokens, bonus included: accept length = accepted_tokens / request_rounds.",
+            ),
+            "accepted_drafts": make("dspark_harvest_accepted_drafts", "Accepted draft tokens (no bonus)."),
+            "position": make(
+                "dspark_harvest_position_accepted",
+                "Request-rounds in which draft position k was accepted: rate = this / request_rounds.",
+                ("position",),
+            ),
+            "alarms": make("dspark_harvest_alarms", "Low accept-length alarms fired."),
+            "invalid": make("dspark_harvest_invalid_rounds", "Rounds with a count outside [0, gamma]."),
+            # A Gauge at 1, not an Info: sglang runs prometheus_client in multiprocess mode (no Info there).
+            "info": prometheus_client.Gauge(
+                "dspark_harvest_info",
+                "The harvest convention served and where it came from (value is always 1).",
+                [*labels, "harvest", "source"],
+                multiprocess_mode="max",
+                registry=target,
+            ),
+        }
+    except ValueError as exc:  # the names exist in this registry already, under other label names
+        raise SettingsError(
+            f"the dspark_harvest_* metrics are already registered in this Prometheus registry with other "
+            f"label names than {labels}: {exc}. Use one set of constant labels per registry, or pass a "
+            "fresh CollectorRegistry.",
+            where="PrometheusMetrics(labels=...)",
+        ) from exc
+    _FAMILIES[key] = (target, families)
+    return families
+
+
 class PrometheusMetrics:
     """Prometheus counters for the accept telemetry (only when sglang runs with ``--enable-metrics``).
 
@@ -613,36 +667,15 @@ class PrometheusMetrics:
         self._synced_at = self._clock()
         const = dict(labels or {})
         names = list(const)
-        kw: dict[str, Any] = {} if registry is None else {"registry": registry}
-        counter = prometheus_client.Counter
-
-        def make(name: str, doc: str, extra: tuple[str, ...] = ()) -> Any:
-            return counter(name, doc, names + list(extra), **kw)
-
-        self._rounds = make("dspark_harvest_rounds", "Verify rounds recorded by the DSPARK_HARVEST plugin.")
-        self._request_rounds = make(
-            "dspark_harvest_request_rounds", "Request-rounds (sum of batch sizes over verify rounds)."
-        )
-        self._accepted_tokens = make(
-            "dspark_harvest_accepted_tokens",
-            "Accepted tokens, bonus included: accept length = accepted_tokens / request_rounds.",
-        )
-        self._accepted_drafts = make("dspark_harvest_accepted_drafts", "Accepted draft tokens (no bonus).")
-        self._position = make(
-            "dspark_harvest_position_accepted",
-            "Request-rounds in which draft position k was accepted: rate = this / request_rounds.",
-            ("position",),
-        )
-        self._alarms = make("dspark_harvest_alarms", "Low accept-length alarms fired.")
-        self._invalid = make("dspark_harvest_invalid_rounds", "Rounds with a count outside [0, gamma].")
-        # A Gauge at 1, not an Info: sglang runs prometheus_client in multiprocess mode, which has no Info.
-        self._info = prometheus_client.Gauge(
-            "dspark_harvest_info",
-            "The harvest convention served and where it came from (value is always 1).",
-            [*names, "harvest", "source"],
-            multiprocess_mode="max",
-            **kw,
-        )
+        families = _metric_families(prometheus_client, registry, tuple(names))
+        self._rounds = families["rounds"]
+        self._request_rounds = families["request_rounds"]
+        self._accepted_tokens = families["accepted_tokens"]
+        self._accepted_drafts = families["accepted_drafts"]
+        self._position = families["position"]
+        self._alarms = families["alarms"]
+        self._invalid = families["invalid"]
+        self._info = families["info"]
         lv = [const[n] for n in names]
         self._c_rounds = self._rounds.labels(*lv) if names else self._rounds
         self._c_reqs = self._request_rounds.labels(*lv) if names else self._request_rounds

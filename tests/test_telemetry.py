@@ -458,6 +458,24 @@ def test_metrics_count_alarms_and_carry_constant_labels():
     assert registry.get_sample_value("dspark_harvest_info", info) == 1.0
 
 
+def test_metrics_can_be_created_twice_in_one_registry():
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    first, second = (
+        AcceptTelemetry(2, "dflash", "census", settings=QUIET, metrics=PrometheusMetrics(2, registry))
+        for _ in range(2)
+    )
+    first.on_verify_complete([1])
+    second.on_verify_complete([2, 0])
+    first.summary()
+    second.summary()
+    # Counters are per process: both telemetry objects add to the same series.
+    assert registry.get_sample_value("dspark_harvest_request_rounds_total") == 3.0
+    with pytest.raises(SettingsError, match="other label names"):
+        PrometheusMetrics(2, registry=registry, labels={"tp_rank": "0"})
+
+
 def test_metrics_without_prometheus_client_is_a_typed_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "prometheus_client", None)  # makes the import fail
     with pytest.raises(SettingsError, match="prometheus_client") as info:
