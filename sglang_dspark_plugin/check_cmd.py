@@ -1,0 +1,590 @@
+"""``dspark-harvest check``: measure a drafter under both harvests on the reference engine.
+
+With no arguments it runs the embedded tiny target with each embedded drafter (one per training
+strategy) under each harvest, plus plain autoregressive decoding, on the embedded fixed prompts: the
+postmortem in miniature (the matched harvest accepts far more, every run stays exact). With
+``--target PATH --draft PATH`` it does the same for any local checkpoints and recommends a harvest.
+
+Timing is side by side: after a warm-up, every prompt is decoded by every arm in turn, so a change in
+machine load hits all arms alike. Exit code 0 on success, 1 if a run was not exact (an engine bug),
+2 on a refusal (a typed error naming what to fix).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from .errors import CensusConflictError, DsparkHarvestError, InvalidCheckpointError
+from .harvest import DsparkHarvest
+
+if TYPE_CHECKING:
+    import torch
+
+    from .draft_config import DflashCfg
+    from .engine.drafter import DFlashDraftModel
+    from .engine.probe import ProbeCounts, ProbeResult
+
+EXIT_OK = 0
+EXIT_NOT_EXACT = 1
+EXIT_REFUSED = 2
+
+DEFAULT_MAX_NEW_TOKENS = 64
+WARMUP_TOKENS = 8
+DTYPES = ("float32", "bfloat16", "float16")
+
+# The issue-4 targets, printed (never asserted on timing in tests).
+TARGET_RATIO, TARGET_MATCHED, TARGET_SPEEDUP = 2.0, 2.5, 1.5
+
+SHORT_VERDICTS = {
+    "aligned": "aligned",
+    "inconclusive": "inconclusive",
+    "drafts one position late: the drafter looks shifted (dspark)": "late: looks dspark",
+    "drafts one position early: the drafter looks mask-fill (dflash)": "early: looks dflash",
+}
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``check`` on the ``dspark-harvest`` subparsers."""
+    parser = subparsers.add_parser(
+        "check",
+        help="measure a drafter under both harvests: accept length, probe, exactness, speed",
+        description=(
+            "Decode fixed prompts with the target alone and with the drafter under each harvest "
+            "(dflash: rows 1..b-1, dspark: rows 0..b-1) at temperature 0, and report accept length, "
+            "per-position acceptance, the offset probe, exactness against the target's own greedy "
+            "output, tokens/s and speedup. No arguments: the embedded tiny target and drafters."
+        ),
+    )
+    parser.add_argument("--target", metavar="PATH", help="target: a local Hugging Face causal-LM folder")
+    parser.add_argument(
+        "--draft", metavar="PATH", help="drafter: a local z-lab / SpecForge checkpoint folder"
+    )
+    parser.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default: cpu)")
+    parser.add_argument("--dtype", choices=DTYPES, default="float32", help="compute dtype (default: float32)")
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=DEFAULT_MAX_NEW_TOKENS,
+        help=f"tokens generated per prompt (default: {DEFAULT_MAX_NEW_TOKENS})",
+    )
+    parser.add_argument(
+        "--num-prompts", type=int, default=None, help="use only the first N fixed prompts (default: all)"
+    )
+    parser.add_argument(
+        "--prompt",
+        action="append",
+        metavar="TEXT",
+        help="a prompt to decode (repeatable; default: the embedded fixed prompts)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--plot", metavar="FILE.png", help="draw per-position acceptance with matplotlib")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads for torch (default: 1 for the embedded tiny models, where more threads only add "
+        "synchronisation, torch's own default with --target)",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.set_defaults(func=run)
+    return parser
+
+
+# -- loading -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Drafter:
+    """One drafter under check: its checkpoint census and its loaded model."""
+
+    name: str
+    cfg: DflashCfg
+    strategy: str | None  # what the census says ("dflash" / "dspark"), None when it cannot tell
+    census_note: str
+    model: DFlashDraftModel
+
+
+def _census_strategy(cfg: DflashCfg) -> tuple[str | None, str]:
+    try:
+        strategy = "dspark" if cfg.strategy_dspark else "dflash"
+    except CensusConflictError as exc:  # a measurement is exactly what settles a conflict
+        return None, f"the census is contradictory ({exc.message})"
+    if cfg.deciding_tier is None:
+        return strategy, "no signal in the checkpoint: the historical default (mask-fill)"
+    return strategy, f"census tier {cfg.deciding_tier}"
+
+
+def _torch_device(name: str) -> torch.device:
+    import torch
+
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise InvalidCheckpointError(
+            f"--device {name!r} is not a torch device ({exc}); use cpu, cuda or cuda:N.", where="--device"
+        ) from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise InvalidCheckpointError(
+            f"--device {name!r} asked for CUDA but this torch build sees no GPU; use --device cpu.",
+            where="--device",
+        )
+    return device
+
+
+def load_target(path: str | Path, device: torch.device, dtype: torch.dtype) -> tuple[Any, Any]:
+    """A local HF causal LM and its tokenizer, offline; a typed error when it cannot be loaded."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # one progress bar (ours) on stderr
+    folder = Path(path)
+    if not (folder / "config.json").is_file():
+        raise InvalidCheckpointError(
+            f"--target {str(path)!r}: no config.json there; pass a local Hugging Face causal-LM folder "
+            "(config.json, weights and tokenizer files).",
+            where=str(folder),
+        )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, local_files_only=True)
+    except (OSError, ValueError, KeyError) as exc:
+        raise InvalidCheckpointError(
+            f"--target {str(path)!r}: transformers cannot load it offline ({type(exc).__name__}: {exc}); "
+            "the folder needs a causal-LM config, its weights and tokenizer files.",
+            where=str(folder),
+        ) from exc
+    return model.to(device).eval(), tokenizer
+
+
+def load_drafter_for(
+    name: str, path: str | Path, target: Any, tokenizer: Any, device: torch.device, dtype: torch.dtype
+) -> Drafter:
+    """Census + load one drafter and check that it fits the target; typed errors otherwise."""
+    from .census import census
+    from .engine.drafter import load_drafter
+
+    cfg = census(str(path))
+    strategy, note = _census_strategy(cfg)
+    model = load_drafter(path, device=device, dtype=dtype)
+    where = str(Path(cfg.path) / "config.json")
+    tcfg = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
+    if model.config.hidden_size != tcfg.hidden_size:
+        raise InvalidCheckpointError(
+            f"{where}: drafter hidden_size {model.config.hidden_size} != target hidden_size "
+            f"{tcfg.hidden_size}; a DFlash drafter reads the target's embeddings and lm_head, so pair it "
+            "with the target it was trained on.",
+            where=where,
+        )
+    bad_layers = [i for i in model.target_layer_ids if not 0 <= i < tcfg.num_hidden_layers]
+    if bad_layers:
+        raise InvalidCheckpointError(
+            f"{where}: target_layer_ids {model.target_layer_ids} name layers {bad_layers} the target "
+            f"(num_hidden_layers {tcfg.num_hidden_layers}) does not have; pair it with its own target.",
+            where=where,
+        )
+    if model.mask_token_id < 0:
+        # sglang's rule for a checkpoint without a mask id: the tokenizer's <|MASK|> token
+        mask = tokenizer.convert_tokens_to_ids("<|MASK|>")
+        if mask is None or mask == tokenizer.unk_token_id:
+            raise InvalidCheckpointError(
+                f"{where}: no mask_token_id and the target tokenizer has no <|MASK|> token; set "
+                "dflash_config.mask_token_id to the id the drafter was trained with.",
+                where=where,
+            )
+        model.mask_token_id = int(mask)
+    if not 0 <= model.mask_token_id < tcfg.vocab_size:
+        raise InvalidCheckpointError(
+            f"{where}: mask_token_id {model.mask_token_id} is outside the target vocabulary "
+            f"(vocab_size {tcfg.vocab_size}); set dflash_config.mask_token_id correctly.",
+            where=where,
+        )
+    return Drafter(name, cfg, strategy, note, model)
+
+
+def encode_prompts(tokenizer: Any, prompts: list[str]) -> list[list[int]]:
+    """Token ids of each prompt; an empty encoding is refused (there would be no context to decode from)."""
+    encoded = [list(tokenizer(text)["input_ids"]) for text in prompts]
+    for text, ids in zip(prompts, encoded, strict=True):
+        if not ids:
+            raise InvalidCheckpointError(f"prompt {text!r} encodes to no token.", where="prompts")
+    return encoded
+
+
+# -- measuring -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """One drafter under one harvest, summed over the prompts."""
+
+    drafter: Drafter
+    harvest: DsparkHarvest
+    telemetry: Any
+    seconds: float = 0.0
+    tokens: int = 0
+    exact: bool = True
+    counts: ProbeCounts | None = None
+    probe: ProbeResult | None = None
+    outputs: list[list[int]] = field(default_factory=list)
+
+    @property
+    def matched(self) -> bool:
+        return self.drafter.strategy == self.harvest.name()
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """Exactly the issue's run schema."""
+        assert self.probe is not None
+        return {
+            "drafter": self.drafter.name,
+            "drafter_strategy": self.drafter.strategy,
+            "harvest": self.harvest.name(),
+            "matched": self.matched,
+            "accept_length": self.telemetry.mean_accept_length() or 1.0,
+            "per_position": self.telemetry.per_position_rates() or [],
+            "exact_match": self.exact,
+            "tokens_per_s": self.tokens_per_s,
+            "probe_verdict": self.probe.verdict,
+        }
+
+
+def measure(
+    target: Any,
+    drafters: list[Drafter],
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    *,
+    progress: bool = True,
+) -> tuple[list[Run], float, float]:
+    """Decode every prompt autoregressively and with every drafter x harvest, interleaved.
+
+    Returns the runs, the autoregressive tokens/s and the wall time of the measurement.
+    """
+    from tqdm import tqdm
+
+    from .engine import autoregressive_generate, speculative_generate
+    from .engine.probe import ProbeCounts, probe_counts, verdict
+    from .telemetry import AcceptTelemetry, TelemetrySettings
+
+    quiet = TelemetrySettings(accept_log_level=None, summary_every=0, alarm_threshold=0)
+    runs = [
+        Run(d, h, AcceptTelemetry(h.n_drafts(d.model.block_size), h, "check", settings=quiet))
+        for d in drafters
+        for h in DsparkHarvest
+    ]
+    for run_ in runs:
+        run_.counts = ProbeCounts()
+    # warm-up: first calls pay for allocations and kernel selection, keep them out of the timing
+    autoregressive_generate(target, prompts[0], WARMUP_TOKENS)
+    for d in drafters:
+        for h in DsparkHarvest:
+            speculative_generate(target, d.model, prompts[0], h, WARMUP_TOKENS)
+
+    start = time.perf_counter()
+    ar_seconds, ar_tokens = 0.0, 0
+    bar = tqdm(
+        total=len(prompts) * (1 + len(runs)), desc="check", unit="gen", disable=not progress, file=sys.stderr
+    )
+    for prompt in prompts:
+        ref = autoregressive_generate(target, prompt, max_new_tokens)
+        ar_seconds, ar_tokens = ar_seconds + ref.seconds, ar_tokens + len(ref.tokens)
+        bar.update()
+        for run_ in runs:
+            gen = speculative_generate(
+                target, run_.drafter.model, prompt, run_.harvest, max_new_tokens, telemetry=run_.telemetry
+            )
+            run_.seconds += gen.seconds
+            run_.tokens += len(gen.tokens)
+            run_.exact &= gen.tokens == ref.tokens
+            run_.outputs.append(gen.tokens)
+            run_.counts = run_.counts + probe_counts(gen.probe_rounds, prompt + ref.tokens)
+            bar.update()
+    bar.close()
+    for run_ in runs:
+        run_.probe = verdict(run_.counts, run_.harvest)
+    return runs, (ar_tokens / ar_seconds if ar_seconds > 0 else 0.0), time.perf_counter() - start
+
+
+# -- reporting -----------------------------------------------------------------------------------
+
+
+def recommend(drafter: Drafter, runs: list[Run]) -> dict[str, Any]:
+    """The harvest that accepts more, and how it relates to what the census says."""
+    mine = {r.harvest: r.telemetry.mean_accept_length() or 1.0 for r in runs if r.drafter is drafter}
+    best = max(mine, key=lambda h: (mine[h], h.name() == drafter.strategy))
+    other = next(h for h in mine if h is not best)
+    measured = f"accept length {mine[best]:.2f} under {best.name()} vs {mine[other]:.2f} under {other.name()}"
+    env = f"MEMRA_DSPARK_HARVEST={best.name()}"
+    if mine[best] < 1.1:
+        advice = f"neither harvest accepts ({measured}): this drafter does not fit this target"
+    elif drafter.strategy == best.name():
+        advice = f"serve as is: the census says {best.name()} and the measurement agrees ({measured})"
+    elif drafter.strategy is None:
+        advice = f"serve with {env}: {drafter.census_note}; the measurement decides ({measured})"
+    else:
+        advice = (
+            f"the census says {drafter.strategy} but {best.name()} accepts more ({measured}); check the "
+            f"checkpoint's config, and serve with {env} if it is right"
+        )
+    return {"drafter": drafter.name, "harvest": best.name(), "census": drafter.strategy, "advice": advice}
+
+
+def build_report(
+    target_path: str,
+    drafters: list[Drafter],
+    runs: list[Run],
+    ar_tps: float,
+    settings: dict[str, Any],
+) -> dict[str, Any]:
+    """The ``--json`` object: ``runs``, ``ar_tokens_per_s``, ``manifest`` (+ context)."""
+    from .geometry import RoundGeometry, build_manifest
+    from .harvest import Resolution
+
+    recommendations = [recommend(d, runs) for d in drafters]
+    manifests = []
+    for d, rec in zip(drafters, recommendations, strict=True):
+        best = DsparkHarvest.from_name(rec["harvest"])
+        assert best is not None
+        # The deployment being recommended: the census alone where it agrees, else the explicit override.
+        resolution = Resolution.of(d.cfg, None if d.strategy == best.name() else best.name())
+        run_ = next(r for r in runs if r.drafter is d and r.harvest is best)
+        manifests.append(
+            build_manifest(
+                RoundGeometry(best, d.model.block_size),
+                resolution,
+                d.cfg,
+                producer="reference-engine",
+                extra={
+                    "drafter": d.name,
+                    "target": target_path,
+                    "accept_length": run_.telemetry.mean_accept_length(),
+                    "exact_match": run_.exact,
+                },
+            )
+        )
+    return {
+        "runs": [r.to_json() for r in runs],
+        "ar_tokens_per_s": ar_tps,
+        "manifest": manifests[0],
+        "manifests": manifests,
+        "recommendations": recommendations,
+        "probes": [
+            {"drafter": r.drafter.name, "harvest": r.harvest.name(), **r.probe.to_json()}  # type: ignore[union-attr]
+            for r in runs
+        ],
+        "settings": {"target": target_path, **settings},
+    }
+
+
+def targets(report: dict[str, Any]) -> list[tuple[str, bool]]:
+    """The issue-4 targets per drafter: (description, met)."""
+    out: list[tuple[str, bool]] = []
+    ar = report["ar_tokens_per_s"]
+    by_drafter: dict[str, list[dict[str, Any]]] = {}
+    for r in report["runs"]:
+        by_drafter.setdefault(r["drafter"], []).append(r)
+    for name, rs in by_drafter.items():
+        matched = [r for r in rs if r["matched"]]
+        mismatched = [r for r in rs if not r["matched"]]
+        if len(matched) != 1 or len(mismatched) != 1:
+            out.append((f"{name}: the census cannot tell its strategy, no matched run to measure", False))
+            continue
+        m, x = matched[0], mismatched[0]
+        ratio = m["accept_length"] / x["accept_length"]
+        speedup = m["tokens_per_s"] / ar if ar else 0.0
+        out += [
+            (
+                f"{name}: matched / mismatched accept length {ratio:.2f}x >= {TARGET_RATIO}x",
+                ratio >= TARGET_RATIO,
+            ),
+            (
+                f"{name}: matched accept length {m['accept_length']:.2f} >= {TARGET_MATCHED}",
+                m["accept_length"] >= TARGET_MATCHED,
+            ),
+            (
+                f"{name}: matched speedup over autoregressive {speedup:.2f}x >= {TARGET_SPEEDUP}x",
+                speedup >= TARGET_SPEEDUP,
+            ),
+            (f"{name}: exact in both harvests", all(r["exact_match"] for r in rs)),
+        ]
+    return out
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The human-readable table and notes."""
+    s = report["settings"]
+    ar = report["ar_tokens_per_s"]
+    lines = [
+        f"dspark-harvest check: target {s['target']}",
+        f"  device {s['device']}, {s['dtype']}, {s['prompts']} prompts x {s['max_new_tokens']} new tokens, "
+        f"{s['threads']} thread(s), temperature 0, measured in {s['wall_s']:.1f} s",
+        "",
+    ]
+    header = (
+        "drafter",
+        "strategy",
+        "harvest",
+        "matched",
+        "accept",
+        "per-position acceptance",
+        "probe",
+        "exact",
+        "tok/s",
+        "speedup",
+    )
+    rows = []
+    for r in report["runs"]:
+        rows.append(
+            (
+                r["drafter"],
+                r["drafter_strategy"] or "?",
+                r["harvest"],
+                "yes" if r["matched"] else "no",
+                f"{r['accept_length']:.2f}",
+                " ".join(f"{p:.2f}" for p in r["per_position"]),
+                SHORT_VERDICTS.get(r["probe_verdict"], "neither"),
+                "yes" if r["exact_match"] else "NO",
+                f"{r['tokens_per_s']:.1f}",
+                f"{r['tokens_per_s'] / ar:.2f}x" if ar else "-",
+            )
+        )
+    rows.append(("autoregressive", "", "", "", "1.00", "", "", "yes", f"{ar:.1f}", "1.00x"))
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    lines += [
+        "",
+        "offset probe (drafts compared with the target's tokens at their own position and both neighbours):",
+    ]
+    for p in report["probes"]:
+        lines.append(f"  {p['drafter']} / {p['harvest']} harvest: {p['verdict']} ({p['reason']})")
+    lines += ["", "recommendation:"]
+    for rec in report["recommendations"]:
+        lines.append(f"  {rec['drafter']}: {rec['advice']}")
+    lines += ["", "targets:"]
+    for text, ok in targets(report):
+        lines.append(f"  [{'met' if ok else 'MISSED'}] {text}")
+    return "\n".join(lines)
+
+
+def plot(report: dict[str, Any], path: str) -> None:
+    """Per-position acceptance of every run, matched solid and mismatched dashed."""
+    try:
+        import matplotlib
+    except ImportError as exc:
+        raise InvalidCheckpointError(
+            "--plot needs matplotlib; install it with `pip install sglang-dspark-plugin[plot]`.",
+            where="--plot",
+        ) from exc
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for r in report["runs"]:
+        xs = range(1, len(r["per_position"]) + 1)
+        label = (
+            f"{r['drafter']} ({r['drafter_strategy'] or '?'}) / {r['harvest']} harvest: "
+            f"accept {r['accept_length']:.2f}"
+        )
+        ax.plot(xs, r["per_position"], "-o" if r["matched"] else "--x", label=label)
+    ax.set_xlabel("draft position j (draft j predicts anchor + j)")
+    ax.set_ylabel("acceptance rate")
+    ax.set_ylim(0, 1.02)
+    ax.set_title("dspark-harvest check: per-position acceptance (solid = matched harvest)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# -- the command ---------------------------------------------------------------------------------
+
+
+def check(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the check described by ``args``; returns the report (raises the typed errors)."""
+    import torch
+
+    if (args.target is None) != (args.draft is None):
+        raise InvalidCheckpointError(
+            "pass both --target PATH and --draft PATH (a drafter only makes sense on its own target), "
+            "or neither to check the embedded models.",
+            where="--target/--draft",
+        )
+    if args.max_new_tokens < 1:
+        raise InvalidCheckpointError(
+            f"--max-new-tokens {args.max_new_tokens}: must be at least 1.", where="--max-new-tokens"
+        )
+    if args.num_prompts is not None and args.num_prompts < 1:
+        raise InvalidCheckpointError(
+            f"--num-prompts {args.num_prompts}: must be at least 1.", where="--num-prompts"
+        )
+    device = _torch_device(args.device)
+    threads = args.threads if args.threads is not None else (1 if args.target is None else None)
+    if threads is not None:
+        if threads < 1:
+            raise InvalidCheckpointError(f"--threads {threads}: must be at least 1.", where="--threads")
+        torch.set_num_threads(threads)
+    dtype = getattr(torch, args.dtype)
+
+    from .embedded import EMBEDDED
+
+    if args.target is None:
+        target_path, drafts = str(EMBEDDED.target), list(EMBEDDED.drafters.values())
+    else:
+        target_path, drafts = args.target, [Path(args.draft)]
+    # the census first: a refused drafter should not cost a model load
+    from .census import census
+
+    for path in drafts:
+        census(str(path))
+    target, tokenizer = load_target(target_path, device, dtype)
+    drafters = [load_drafter_for(Path(p).name, p, target, tokenizer, device, dtype) for p in drafts]
+    texts = (args.prompt or list(EMBEDDED.prompts))[: args.num_prompts]
+    prompts = encode_prompts(tokenizer, texts)
+    runs, ar_tps, wall = measure(
+        target, drafters, prompts, args.max_new_tokens, progress=not args.no_progress
+    )
+    settings = {
+        "device": str(device),
+        "dtype": args.dtype,
+        "prompts": len(prompts),
+        "max_new_tokens": args.max_new_tokens,
+        "threads": torch.get_num_threads(),
+        "wall_s": wall,
+    }
+    return build_report(target_path, drafters, runs, ar_tps, settings)
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Run ``check``; returns the exit code (0; 1 if a run was not exact; 2 on a refusal)."""
+    out = sys.stdout if out is None else out
+    try:
+        report = check(args)
+        if args.plot:
+            plot(report, args.plot)
+    except DsparkHarvestError as exc:
+        if args.json:
+            print(json.dumps({"error": exc.to_json()}, indent=2), file=out)
+        else:
+            print(f"dspark-harvest check: refused ({exc.kind}): {exc.message}", file=out)
+        return EXIT_REFUSED
+    if args.json:
+        print(json.dumps(report, indent=2, default=str), file=out)
+    else:
+        print(format_report(report), file=out)
+        if args.plot:
+            print(f"\nplot written to {args.plot}", file=out)
+    return EXIT_OK if all(r["exact_match"] for r in report["runs"]) else EXIT_NOT_EXACT
+
+
+__all__ = ["add_parser", "run", "check", "measure", "recommend", "build_report", "format_report", "plot"]

@@ -1,0 +1,155 @@
+"""``dspark-harvest check``: the JSON schema, the table and plot, custom checkpoints, refusals."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sglang_dspark_plugin.cli import main
+from sglang_dspark_plugin.embedded import EMBEDDED
+from sglang_dspark_plugin.harvest import DsparkHarvest
+
+RUN_KEYS = {
+    "drafter",
+    "drafter_strategy",
+    "harvest",
+    "matched",
+    "accept_length",
+    "per_position",
+    "exact_match",
+    "tokens_per_s",
+    "probe_verdict",
+}
+QUICK = ["--max-new-tokens", "10", "--num-prompts", "1", "--no-progress"]
+
+
+def check_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:
+    code = main(["check", "--json", *QUICK, *args])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def assert_run_shape(run: dict, block_size: int) -> None:
+    assert set(run) == RUN_KEYS
+    harvest = DsparkHarvest.from_name(run["harvest"])
+    assert harvest is not None and run["drafter_strategy"] in ("dflash", "dspark")
+    assert run["matched"] is (run["harvest"] == run["drafter_strategy"])
+    gamma = harvest.n_drafts(block_size)
+    rates = run["per_position"]
+    assert len(rates) == gamma
+    assert all(0.0 <= r <= 1.0 for r in rates)
+    # acceptance is a prefix: draft k+1 is only accepted when draft k was
+    assert all(later <= earlier for earlier, later in zip(rates, rates[1:], strict=False))
+    # mean accept length = 1 + accepted drafts per round = 1 + the sum of the per-position rates
+    assert run["accept_length"] == pytest.approx(1.0 + sum(rates))
+    assert 1.0 <= run["accept_length"] <= gamma + 1
+    assert run["exact_match"] is True
+    assert run["tokens_per_s"] > 0
+    assert isinstance(run["probe_verdict"], str) and run["probe_verdict"]
+
+
+def test_check_json_schema_on_the_embedded_models(capsys: pytest.CaptureFixture[str]) -> None:
+    code, report = check_json(capsys)
+    assert code == 0
+    runs = report["runs"]
+    # each embedded drafter under each harvest
+    assert sorted((r["drafter"], r["harvest"]) for r in runs) == sorted(
+        (p.name, h.name()) for p in EMBEDDED.drafters.values() for h in DsparkHarvest
+    )
+    # the census names each embedded drafter's own strategy
+    assert {r["drafter"]: r["drafter_strategy"] for r in runs} == {
+        p.name: s for s, p in EMBEDDED.drafters.items()
+    }
+    for run in runs:
+        assert_run_shape(run, EMBEDDED.block_size)
+    assert report["ar_tokens_per_s"] > 0
+    manifest = report["manifest"]
+    assert manifest["producer"] == "reference-engine"
+    assert manifest["block_size"] == EMBEDDED.block_size
+    assert manifest["harvest"] in ("dflash", "dspark")
+    assert manifest["gamma"] == DsparkHarvest.from_name(manifest["harvest"]).n_drafts(EMBEDDED.block_size)
+    assert len(report["manifests"]) == 2
+    assert report["settings"]["prompts"] == 1 and report["settings"]["max_new_tokens"] == 10
+
+
+def test_check_table_and_plot(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    png = tmp_path / "accept.png"
+    code = main(["check", *QUICK, "--plot", str(png)])
+    out = capsys.readouterr().out
+    assert code == 0
+    header = next(line for line in out.splitlines() if line.startswith("drafter "))
+    for column in (
+        "strategy",
+        "harvest",
+        "matched",
+        "accept",
+        "per-position",
+        "probe",
+        "exact",
+        "tok/s",
+        "speedup",
+    ):
+        assert column in header
+    assert sum(line.startswith("drafter-") for line in out.splitlines()) == 4
+    assert any(line.startswith("autoregressive") for line in out.splitlines())
+    assert "recommendation:" in out and "targets:" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_check_on_local_checkpoints_recommends_a_harvest(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    draft = shutil.copytree(EMBEDDED.drafters["dspark"], tmp_path / "my-drafter")
+    code, report = check_json(capsys, "--target", str(EMBEDDED.target), "--draft", str(draft))
+    assert code == 0
+    assert [(r["drafter"], r["harvest"]) for r in report["runs"]] == [
+        ("my-drafter", "dflash"),
+        ("my-drafter", "dspark"),
+    ]
+    for run in report["runs"]:
+        assert_run_shape(run, EMBEDDED.block_size)
+        assert run["drafter_strategy"] == "dspark"
+    (rec,) = report["recommendations"]
+    best = max(report["runs"], key=lambda r: r["accept_length"])
+    assert rec["harvest"] == best["harvest"] == report["manifest"]["harvest"]
+    assert report["manifest"]["checkpoint"] == str(draft)
+
+
+def _refusal(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
+    code = main(["check", "--json", *QUICK, *args])
+    assert code == 2
+    return json.loads(capsys.readouterr().out)["error"]
+
+
+def test_check_refuses_half_a_pair(capsys: pytest.CaptureFixture[str]) -> None:
+    error = _refusal(capsys, "--target", str(EMBEDDED.target))
+    assert error["kind"] == "invalid" and "--draft" in error["message"]
+
+
+def test_check_refuses_a_domino_drafter(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    draft = shutil.copytree(EMBEDDED.drafters["dflash"], tmp_path / "domino")
+    cfg = json.loads((draft / "config.json").read_text())
+    cfg["architectures"] = ["DominoDraftModel"]
+    (draft / "config.json").write_text(json.dumps(cfg))
+    error = _refusal(capsys, "--target", str(EMBEDDED.target), "--draft", str(draft))
+    assert error["kind"] == "unsupported" and "Domino" in error["message"]
+
+
+def test_check_refuses_a_drafter_for_another_target(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    draft = shutil.copytree(EMBEDDED.drafters["dflash"], tmp_path / "elsewhere")
+    cfg = json.loads((draft / "config.json").read_text())
+    n = len(cfg["dflash_config"]["target_layer_ids"])
+    cfg["dflash_config"]["target_layer_ids"] = list(range(90, 90 + n))
+    cfg["num_target_layers"] = 100
+    (draft / "config.json").write_text(json.dumps(cfg))
+    error = _refusal(capsys, "--target", str(EMBEDDED.target), "--draft", str(draft))
+    assert error["kind"] == "invalid" and "target_layer_ids" in error["message"]
+
+
+def test_check_refuses_a_missing_target(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    error = _refusal(capsys, "--target", str(tmp_path), "--draft", str(EMBEDDED.drafters["dflash"]))
+    assert error["kind"] == "invalid" and "config.json" in error["message"]
