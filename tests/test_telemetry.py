@@ -255,6 +255,31 @@ def test_alarm_fires_after_warmup_on_a_collapsed_stream_once_per_window(captured
     assert t.summary()["alarms_fired"] == 2
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    warmup=st.integers(0, 6),
+    window=st.integers(1, 6),
+    stream=st.lists(st.lists(st.integers(0, 2), min_size=1, max_size=4), min_size=1, max_size=40),
+)
+def test_alarm_rounds_match_the_rule_recomputed_by_brute_force(warmup, window, stream):
+    t = alarm_telemetry(alarm_warmup=warmup, alarm_window=window)
+    for counts in stream:
+        t.on_verify_complete(counts)
+    expected, last = [], None
+    for i in range(1, len(stream) + 1):  # round i, 1-based
+        if i - warmup < window:
+            continue  # warm-up, then a full window of post-warm-up rounds
+        recent = stream[i - window:i]
+        mean = sum(n + 1 for c in recent for n in c) / sum(len(c) for c in recent)
+        if mean < 1.6 and (last is None or i - last >= window):
+            expected.append((i, mean))
+            last = i
+    assert t.alarms_fired == len(expected)
+    assert [(a.round_index, a.window_mean) for a in t.alarms] == [  # the 16 most recent are kept
+        (i, pytest.approx(m)) for i, m in expected[-16:]
+    ]
+
+
 def test_alarm_does_not_fire_on_a_healthy_stream(captured):
     t = alarm_telemetry()
     for i in range(300):
