@@ -241,7 +241,13 @@ def _harvest_name(harvest: DsparkHarvest | str) -> str:
 
 
 class AcceptTelemetry:
-    """Per-round accept-length telemetry for one served drafter (one per process / rank)."""
+    """Per-round accept-length telemetry for one served drafter (one per process / rank).
+
+    ``gamma`` is the drafts per round (``RoundGeometry.gamma``); ``harvest``, ``source`` and ``evidence``
+    come from the resolution (``DsparkHarvest.explain``) and are named by every line and the alarm;
+    ``settings=None`` reads the ``MEMRA_DSPARK_*`` variables; ``metrics`` is an optional
+    ``PrometheusMetrics``; ``clock`` (seconds, monotonic) and ``logger`` are injectable for tests.
+    """
 
     def __init__(
         self,
@@ -302,6 +308,12 @@ class AcceptTelemetry:
         self._t0: float | None = None
         self._last_summary = (0, 0, 0)  # (rounds, request_rounds, accepted) at the previous summary
         if metrics is not None:
+            if metrics.gamma != gamma:
+                raise GeometryError(
+                    f"metrics were built for gamma={metrics.gamma} but the telemetry has gamma={gamma}; "
+                    "build PrometheusMetrics with the same RoundGeometry.gamma.",
+                    where="AcceptTelemetry(metrics=...)",
+                )
             metrics.set_harvest(self.harvest, self.source)
 
     @classmethod

@@ -164,6 +164,14 @@ def test_bad_constructor_arguments_are_typed_errors():
         TelemetrySettings(alarm_window=0)
 
 
+def test_metrics_for_another_gamma_are_refused_at_construction():
+    from prometheus_client import CollectorRegistry
+
+    metrics = PrometheusMetrics(3, CollectorRegistry())
+    with pytest.raises(GeometryError, match="gamma=3 but the telemetry has gamma=4"):
+        AcceptTelemetry(4, "dspark", "census", settings=QUIET, metrics=metrics)
+
+
 # ----------------------------------------------------------------------------- log lines and levels
 
 
