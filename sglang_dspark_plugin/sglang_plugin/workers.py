@@ -143,16 +143,18 @@ def _cfg_set(config: Any, key: str, value: Any) -> None:
 
 def _set_markov(config: Any, rank: int, head_type: str) -> None:
     """Write the Markov rank and head type into every spelling sglang reads (and the model's own)."""
-    # sglang's parse reads the prefixed key, then dspark_config, then text_config, then the top level
-    # (dspark_config.py:212-237); the model builds its head from the top level (models/dspark.py:266-273).
+    # sglang's parse reads the prefixed key, then dspark_config (0.5.23: dflash_config merged under it,
+    # dspark_config.py:206-211), then text_config, then the top level (0.5.17 dspark_config.py:212-237);
+    # the model builds its head from the top level (models/dspark.py:266-273 / :385-392).
     _cfg_set(config, "markov_rank", rank)
     _cfg_set(config, "markov_head_type", head_type)
     if _cfg_get(config, "dspark_markov_rank") is not None:
         _cfg_set(config, "dspark_markov_rank", rank)
         _cfg_set(config, "dspark_markov_head_type", head_type)
-    nested = _cfg_get(config, "dspark_config")
-    if isinstance(nested, dict) and ("markov_rank" in nested or "markov_head_type" in nested):
-        _cfg_set(config, "dspark_config", {**nested, "markov_rank": rank, "markov_head_type": head_type})
+    for key in ("dspark_config", "dflash_config"):
+        nested = _cfg_get(config, key)
+        if isinstance(nested, dict) and ("markov_rank" in nested or "markov_head_type" in nested):
+            _cfg_set(config, key, {**nested, "markov_rank": rank, "markov_head_type": head_type})
     text = _cfg_get(config, "text_config")
     if text is not None and text is not config and _cfg_get(text, "markov_rank") is not None:
         _cfg_set(text, "markov_rank", rank)
@@ -195,7 +197,8 @@ def prepare_dspark_arm_config(
         # A confidence head (non-static ragged verify) must not read Markov features that are all zero.
         if _cfg_get(config, "confidence_head_with_markov") is None:
             _cfg_set(config, "confidence_head_with_markov", False)
-    elif rank != parsed.markov_rank:
+    elif rank != parsed.markov_rank or _cfg_get(config, "markov_rank") != rank:
+        # The model builds its head from the top-level keys only, wherever sglang's parser found them.
         head_type = parsed.markov_head_type or _declared_head_type(config)
         if head_type is None:
             raise InvalidCheckpointError(
@@ -312,6 +315,13 @@ def rank_agreement_values(served: Any) -> dict[str, Any]:
     }
 
 
+def _served_for(server_args: Any) -> Any:
+    """``resolution.served``: imported on first use, so this module imports without it."""
+    from .resolution import served
+
+    return served(server_args)
+
+
 def _tp_cpu_group() -> tuple[Any, int]:
     from sglang.srt.distributed.parallel_state import get_tp_group
 
@@ -327,9 +337,7 @@ class _HarvestWorkerMixin:
     dspark_telemetry: AcceptTelemetry | None = None
 
     def _dspark_harvest_init(self, server_args: Any) -> Any:
-        from .resolution import served as resolve_served
-
-        served = resolve_served(server_args)
+        served = _served_for(server_args)
         harvest = served.resolution.harvest
         if harvest is not self.dspark_harvest:
             raise GeometryError(

@@ -1,0 +1,426 @@
+"""The DSPARK_HARVEST workers against the REAL installed sglang (0.5.17 and 0.5.23), on CPU.
+
+No worker can be constructed here (its ``__init__`` loads a target and a draft on a GPU), so each piece
+the workers add or rely on is run directly through sglang's own code: the class choice, the override
+signatures, the rows that become drafts in each arm, the zero-Markov route, the draft-model routing
+through sglang's model registry, the per-round telemetry hook and the rank-agreement values.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import sglang
+import torch
+from sglang.srt.models.dspark import DSparkDraftModel, VanillaMarkov, build_markov_head
+from sglang.srt.speculative.base_spec_worker import BaseSpecWorker
+from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2, _DflashDraftSampler
+from sglang.srt.speculative.dspark_components import dspark_draft
+from sglang.srt.speculative.dspark_components.dspark_config import (
+    parse_dspark_draft_config,
+    resolve_runtime_config,
+)
+from sglang.srt.speculative.dspark_components.dspark_worker_v2 import DSparkWorkerV2
+from transformers import PretrainedConfig
+
+from sglang_dspark_plugin.census import census
+from sglang_dspark_plugin.errors import GeometryError, InvalidCheckpointError, UnsupportedCheckpointError
+from sglang_dspark_plugin.geometry import RoundGeometry, build_manifest
+from sglang_dspark_plugin.harvest import ENV_VAR, DsparkHarvest
+from sglang_dspark_plugin.sglang_plugin import workers
+from sglang_dspark_plugin.sglang_plugin.workers import (
+    HarvestDFlashWorker,
+    HarvestDSparkDraftModel,
+    HarvestDSparkWorker,
+    dspark_draft_route,
+    prepare_dspark_arm_config,
+    rank_agreement_values,
+    worker_class_for,
+)
+from sglang_dspark_plugin.telemetry import ACCEPT_LOGGER
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from checkpoints import FIXTURES, write_checkpoint  # noqa: E402
+
+torch.set_num_threads(2)
+SGLANG_023 = sglang.__version__.startswith("0.5.23")
+
+
+def test_the_expected_sglang_is_installed():
+    expected = os.environ.get("DSPARK_EXPECT_SGLANG")
+    if expected is not None:
+        assert sglang.__version__ == expected
+    assert sglang.__version__ in ("0.5.17", "0.5.23")
+
+
+# ------------------------------------------------------------------ served stand-in
+
+
+def _served(tmp_path: Path, fixture: str, env: str | None = None) -> SimpleNamespace:
+    """What ``resolution.served`` returns, built from the real census, resolution and geometry."""
+    cfg = census(str(write_checkpoint(tmp_path, fixture)))
+    resolution = DsparkHarvest.explain(cfg, environ={} if env is None else {ENV_VAR: env})
+    geometry = RoundGeometry(resolution.harvest, cfg.block_size)
+    manifest = build_manifest(geometry, resolution, cfg, producer="sglang-plugin")
+    return SimpleNamespace(cfg=cfg, resolution=resolution, geometry=geometry, manifest=manifest)
+
+
+def _hf_config(fixture: str) -> PretrainedConfig:
+    """The draft ``hf_config`` sglang would hold for a fixture (every config.json key as an attribute)."""
+    return PretrainedConfig(**FIXTURES[fixture].config)
+
+
+# ------------------------------------------------------------------ class choice and signatures
+
+
+def test_worker_class_for_each_harvest_is_a_subclass_of_sglangs_worker_for_that_arm():
+    dflash = worker_class_for(DsparkHarvest.DFLASH)
+    dspark = worker_class_for(DsparkHarvest.DSPARK)
+    assert dflash is HarvestDFlashWorker and dspark is HarvestDSparkWorker
+    assert issubclass(dflash, DFlashWorkerV2) and not issubclass(dflash, DSparkWorkerV2)
+    assert issubclass(dspark, DSparkWorkerV2) and not issubclass(dspark, DFlashWorkerV2)
+    assert dflash.dspark_harvest is DsparkHarvest.DFLASH
+    assert dspark.dspark_harvest is DsparkHarvest.DSPARK
+    with pytest.raises(GeometryError, match="no DSPARK_HARVEST worker"):
+        worker_class_for("dspark")  # type: ignore[arg-type]
+
+
+def _shape(fn) -> list[tuple[str, object, object]]:
+    return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+
+
+@pytest.mark.parametrize(
+    ("ours", "parent"),
+    [
+        (HarvestDFlashWorker.__init__, DFlashWorkerV2.__init__),
+        (HarvestDSparkWorker.__init__, DSparkWorkerV2.__init__),
+        (HarvestDFlashWorker.on_verify_complete_cpu, BaseSpecWorker.on_verify_complete_cpu),
+        (HarvestDSparkWorker.on_verify_complete_cpu, BaseSpecWorker.on_verify_complete_cpu),
+        (HarvestDSparkDraftModel.__init__, DSparkDraftModel.__init__),
+        (HarvestDSparkDraftModel.load_weights, DSparkDraftModel.load_weights),
+    ],
+    ids=["dflash.__init__", "dspark.__init__", "dflash.on_verify", "dspark.on_verify", "model.__init__",
+         "model.load_weights"],
+)
+def test_each_override_has_its_sglang_parents_signature(ours, parent):
+    # Names, kinds and defaults: the scheduler calls these by keyword, so they must match exactly.
+    assert _shape(ours) == _shape(parent)
+
+
+def test_the_workers_override_nothing_on_the_round_path():
+    # Drafting, verification, KV handling and overlap stay sglang's: only these names are ours.
+    def own(cls: type) -> set[str]:
+        return {n for n in vars(cls) if not n.startswith("__") and n != "_abc_impl"}
+
+    assert own(HarvestDFlashWorker) == {"dspark_harvest"}
+    assert "__init__" in vars(HarvestDFlashWorker) and "__init__" in vars(HarvestDSparkWorker)
+    assert own(HarvestDSparkWorker) == {"dspark_harvest", "_dspark_route"}
+    mixin = set(vars(workers._HarvestWorkerMixin))
+    for name in ("forward_batch_generation", "_maybe_build_draft_sampler", "alloc_memory_pool",
+                 "init_cuda_graphs", "init_attention_backends"):
+        assert name not in mixin
+        assert getattr(HarvestDFlashWorker, name) is getattr(DFlashWorkerV2, name)
+        assert getattr(HarvestDSparkWorker, name) is getattr(DSparkWorkerV2, name)
+
+
+def test_worker_contract_names_resolve_in_the_installed_sglang():
+    import importlib
+
+    for module, qualname, params in workers.WORKER_CONTRACT:
+        obj = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+        if params is not None:
+            names = set(inspect.signature(obj).parameters)
+            assert set(params) <= names, (module, qualname, params, names)
+
+
+# ------------------------------------------------------------------ which rows become drafts
+
+
+def _row_tagged_hidden(bs: int, rows: int, vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draft hidden states whose row r of request i argmaxes (through an identity head) to a known token."""
+    tokens = torch.tensor([[(7 * i + 3 * r + 1) % vocab for r in range(rows)] for i in range(bs)])
+    hidden = torch.nn.functional.one_hot(tokens, vocab).float() * 5.0
+    return hidden, tokens
+
+
+def test_dflash_arm_drafts_are_rows_1_to_b_minus_1_through_sglangs_draft_sampler():
+    b, bs, vocab = 6, 3, 32
+    geometry = RoundGeometry(DsparkHarvest.DFLASH, b)
+    hidden, tokens = _row_tagged_hidden(bs, b, vocab)
+    # The graph-path sampler DFlashWorkerV2 builds (HarvestDFlashWorker inherits it unchanged).
+    sampler = _DflashDraftSampler(
+        weight=torch.eye(vocab), block_size=b, num_org=vocab, org_vocab_start=0, max_bs=bs
+    )
+    sampler(hidden.reshape(bs * b, vocab))
+    drafts = sampler.out[: bs * geometry.gamma].view(bs, geometry.gamma)
+    rows = list(geometry.harvested_rows)
+    assert rows == list(range(1, b))
+    assert torch.equal(drafts, tokens[:, rows])
+    assert drafts.shape[1] + 1 == geometry.verify_window == b
+
+
+def _zero_markov_head(fixture: str) -> tuple[PretrainedConfig, torch.nn.Module]:
+    config = _hf_config(fixture)
+    assert prepare_dspark_arm_config(config, markov_rank=0, mask_token_id=255) is True
+    head = build_markov_head(config)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.zero_()
+    return config, head
+
+
+def _sglang_dspark_drafts(head: torch.nn.Module, base_logits: torch.Tensor, anchor: torch.Tensor):
+    """sglang's own eager DSPARK draft sampler (``dspark_draft.sample_draft_block``), greedy."""
+    bs = base_logits.shape[0]
+    if SGLANG_023:
+        from sglang.srt.speculative.spec_tp_sync import SpecTpSync
+
+        result = dspark_draft.sample_draft_block(
+            base_logits=base_logits,
+            anchor_tokens=anchor,
+            draft_hidden=None,
+            sampling_info=None,
+            markov_head=head,
+            noise=dspark_draft.DraftNoise(key=1, offset=torch.zeros((), dtype=torch.int64)),
+            device=torch.device("cpu"),
+            tp_sync=SpecTpSync(SimpleNamespace(world_size=1, rank_in_group=0)),
+            greedy_draft=True,
+        )
+    else:
+        result = dspark_draft.sample_draft_block(
+            base_logits=base_logits,
+            anchor_tokens=anchor,
+            draft_hidden=None,
+            sampling_info=None,
+            markov_head=head,
+            device=torch.device("cpu"),
+        )
+    assert result.draft_tokens.shape[0] == bs
+    return result.draft_tokens
+
+
+@pytest.mark.parametrize("bs", [1, 4])
+def test_dspark_arm_drafts_are_rows_0_to_b_minus_1_with_the_zero_markov_head(bs):
+    # DSpark strategy without a Markov head (markov_rank 0), served through sglang's DSPARK sampler.
+    b, vocab = 5, 256
+    config, head = _zero_markov_head("dspark_markov_rank0")
+    geometry = RoundGeometry(DsparkHarvest.DSPARK, b)
+    hidden, tokens = _row_tagged_hidden(bs, geometry.gamma, vocab)
+    base_logits = hidden  # identity lm_head: base logits of row r = its hidden state
+    anchor = torch.full((bs,), 9, dtype=torch.long)
+    drafts = _sglang_dspark_drafts(head, base_logits, anchor)
+    rows = list(geometry.harvested_rows)
+    assert rows == list(range(0, b))  # the anchor row's output is draft 1
+    assert torch.equal(drafts.long(), tokens[:, rows])
+    assert geometry.verify_window == b + 1
+
+
+def test_a_nonzero_markov_head_would_change_the_drafts():
+    # Control for the test above: the zeroing is what makes the head an identity.
+    b, bs, vocab = 5, 4, 256
+    config, _ = _zero_markov_head("dspark_markov_rank0")
+    head = build_markov_head(config)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        head.markov_w1.weight.normal_(0.0, 10.0)
+        head.markov_w2.weight.normal_(0.0, 10.0)
+    hidden, tokens = _row_tagged_hidden(bs, b, vocab)
+    drafts = _sglang_dspark_drafts(head, hidden, torch.full((bs,), 9, dtype=torch.long))
+    assert not torch.equal(drafts.long(), tokens)
+
+
+# ------------------------------------------------------------------ the dspark arm's draft config
+
+
+def test_no_markov_checkpoint_passes_sglangs_dspark_checks_with_the_resolved_geometry(tmp_path):
+    served = _served(tmp_path, "dspark_markov_rank0")
+    assert served.resolution.harvest is DsparkHarvest.DSPARK
+    config = _hf_config("dspark_markov_rank0")
+    with pytest.raises(ValueError, match="markov_rank > 0"):
+        # What sglang does with this checkpoint unaided.
+        resolve_runtime_config(draft_hf_config=config, speculative_num_draft_tokens=6, target_vocab_size=256)
+    assert prepare_dspark_arm_config(config, markov_rank=served.cfg.markov_rank, mask_token_id=255)
+    runtime = resolve_runtime_config(
+        draft_hf_config=config,
+        speculative_num_draft_tokens=served.geometry.verify_window,
+        target_vocab_size=256,
+    )
+    assert runtime.gamma == served.geometry.gamma == 5
+    assert runtime.verify_num_draft_tokens == served.geometry.verify_window == 6
+    parsed = parse_dspark_draft_config(draft_hf_config=config)
+    assert (parsed.markov_rank, parsed.markov_head_type, parsed.gamma) == (1, "vanilla", 5)
+    head = build_markov_head(config)
+    assert type(head) is VanillaMarkov and head.markov_rank == 1
+    assert config.confidence_head_with_markov is False
+
+
+def test_a_real_markov_head_is_kept_even_where_sglang_does_not_read_its_spelling(tmp_path):
+    # SpecForge nests markov_rank/markov_head_type in dflash_config: 0.5.23 reads it there, 0.5.17 does
+    # not (it would see no head and refuse); either way the census's rank-8 gated head must be served.
+    served = _served(tmp_path, "specforge_dspark")
+    config = _hf_config("specforge_dspark")
+    assert parse_dspark_draft_config(draft_hf_config=config).markov_rank == (8 if SGLANG_023 else 0)
+    assert prepare_dspark_arm_config(config, markov_rank=served.cfg.markov_rank) is False
+    parsed = parse_dspark_draft_config(draft_hf_config=config)
+    assert (parsed.markov_rank, parsed.markov_head_type) == (8, "gated")
+    assert build_markov_head(config).markov_rank == 8
+
+
+def test_markov_keys_in_dspark_config_are_rewritten_too():
+    config = PretrainedConfig(
+        **{**FIXTURES["qwen3_dspark_model"].config, "markov_rank": 0, "dspark_config": {"markov_rank": 0}}
+    )
+    assert prepare_dspark_arm_config(config, markov_rank=0, mask_token_id=255)
+    assert config.dspark_config["markov_rank"] == 1
+    assert parse_dspark_draft_config(draft_hf_config=config).markov_rank == 1
+
+
+def test_a_markov_head_without_a_head_type_is_refused_with_the_fix():
+    config = PretrainedConfig(**FIXTURES["dspark_markov_rank0"].config)
+    with pytest.raises(InvalidCheckpointError, match="markov_head_type"):
+        prepare_dspark_arm_config(config, markov_rank=16)
+    # The same refusal when sglang itself finds a rank without a type (here: top-level markov_rank=4).
+    with pytest.raises(InvalidCheckpointError, match="markov_head_type"):
+        prepare_dspark_arm_config(_hf_config("dspark_sample_from_anchor_false"), markov_rank=4)
+
+
+def test_the_dspark_arm_is_anchor_first_whatever_the_checkpoint_flag_says():
+    config = PretrainedConfig(
+        **{**FIXTURES["dspark_sample_from_anchor_false"].config, "markov_head_type": "vanilla"}
+    )
+    assert config.sample_from_anchor is False
+    prepare_dspark_arm_config(config, markov_rank=4)
+    assert config.sample_from_anchor is True
+    if SGLANG_023:
+        # 0.5.23 reads the flag (dspark_config.get_dspark_sample_from_anchor) and would otherwise
+        # prepend a query row and drop the anchor row's output.
+        from sglang.srt.speculative.dspark_components.dspark_config import get_dspark_sample_from_anchor
+
+        assert get_dspark_sample_from_anchor(config) is True
+        hidden, _ = _row_tagged_hidden(2, 5, 32)
+        kept, _ = dspark_draft.select_draft_hidden_without_anchor(hidden.reshape(10, 32), bs=2, gamma=4)
+        assert torch.equal(kept.view(2, 4, 32), hidden[:, 1:])  # the False path: anchor row dropped
+
+
+def test_the_census_mask_token_fills_a_missing_dspark_mask_id():
+    raw = {k: v for k, v in FIXTURES["dspark_markov_rank0"].config.items()}
+    raw["dflash_config"] = {k: v for k, v in raw["dflash_config"].items() if k != "mask_token_id"}
+    raw.pop("mask_token_id", None)
+    config = PretrainedConfig(**raw)
+    assert parse_dspark_draft_config(draft_hf_config=config).mask_token_id is None
+    prepare_dspark_arm_config(config, markov_rank=0, mask_token_id=200)
+    assert parse_dspark_draft_config(draft_hf_config=config).mask_token_id == 200
+
+
+# ------------------------------------------------------------------ draft-model routing
+
+
+def test_the_draft_route_swaps_the_checkpoints_architecture_only_while_building():
+    from sglang.srt.models.registry import ModelRegistry
+
+    before = ModelRegistry.resolve_model_cls(["DFlashDraftModel"])[0]
+    assert before is not HarvestDSparkDraftModel
+    with dspark_draft_route(["DFlashDraftModel"], markov_rank=0, mask_token_id=255):
+        assert ModelRegistry.resolve_model_cls(["DFlashDraftModel"])[0] is HarvestDSparkDraftModel
+        assert HarvestDSparkDraftModel._route.mask_token_id == 255
+        # Other architectures are untouched.
+        assert ModelRegistry.resolve_model_cls(["DSparkDraftModel"])[0] is DSparkDraftModel
+    assert ModelRegistry.resolve_model_cls(["DFlashDraftModel"])[0] is before
+    assert HarvestDSparkDraftModel._route is None
+
+    with pytest.raises(RuntimeError, match="boom"):
+        with dspark_draft_route(["DSparkDraftModel"], markov_rank=8):
+            raise RuntimeError("boom")
+    assert ModelRegistry.resolve_model_cls(["DSparkDraftModel"])[0] is DSparkDraftModel
+
+
+def test_the_draft_route_refuses_a_non_dense_drafter():
+    with pytest.raises(UnsupportedCheckpointError, match="architectures"):
+        with dspark_draft_route(["Gemma4DSparkModel"]):
+            pass
+
+
+def test_the_worker_refuses_a_dspark_arm_without_a_mask_token(tmp_path, monkeypatch):
+    served = _served(tmp_path, "dspark_markov_rank0")
+    cfg = served.cfg.__class__(**{**served.cfg.__dict__, "mask_token_id": None})
+    worker = object.__new__(HarvestDSparkWorker)
+    monkeypatch.setattr(
+        HarvestDSparkWorker, "_dspark_harvest_init", lambda self, args: SimpleNamespace(cfg=cfg)
+    )
+    with pytest.raises(InvalidCheckpointError, match="mask_token_id"):
+        worker._dspark_route(None)
+
+
+# ------------------------------------------------------------------ per-round telemetry hook
+
+
+@pytest.mark.parametrize("cls", [HarvestDFlashWorker, HarvestDSparkWorker])
+def test_on_verify_complete_cpu_feeds_one_telemetry_record_per_round(tmp_path, caplog, cls):
+    fixture = "specforge_dflash" if cls is HarvestDFlashWorker else "dspark_markov_rank0"
+    served = _served(tmp_path, fixture)
+    worker = object.__new__(cls)  # the real __init__ loads models on a GPU
+    worker._dspark_attach(served, tp_rank=0)
+    telemetry = worker.dspark_telemetry
+    gamma = served.geometry.gamma
+    assert telemetry.gamma == gamma and telemetry.harvest == served.resolution.harvest.name()
+    with caplog.at_level(logging.INFO, logger=ACCEPT_LOGGER):
+        assert worker.on_verify_complete_cpu([0, gamma, 1], batch_size=3) is None
+        worker.on_verify_complete_cpu([2], batch_size=1)
+    records = telemetry.records
+    assert [r.accept_lengths for r in records] == [[1, gamma + 1, 2], [3]]
+    assert [r.batch_size for r in records] == [3, 1]
+    assert records[0].mean == pytest.approx((1 + gamma + 1 + 2) / 3)
+    assert telemetry.rounds == 2 and telemetry.request_rounds == 4
+    assert any(rec.name == ACCEPT_LOGGER for rec in caplog.records)
+
+
+def test_on_verify_complete_cpu_on_other_tp_ranks_records_nothing(tmp_path):
+    worker = object.__new__(HarvestDSparkWorker)
+    worker._dspark_attach(_served(tmp_path, "dspark_markov_rank0"), tp_rank=1)
+    assert worker.dspark_telemetry is None
+    worker.on_verify_complete_cpu([1, 2], batch_size=2)  # still calls the parent; nothing to record
+
+
+def test_enable_metrics_attaches_prometheus_counters(tmp_path):
+    worker = object.__new__(HarvestDSparkWorker)
+    worker._dspark_attach(_served(tmp_path, "dspark_markov_rank0"), tp_rank=0, enable_metrics=True)
+    assert worker.dspark_telemetry.metrics is not None
+    worker.on_verify_complete_cpu([4, 0], batch_size=2)
+    assert worker.dspark_telemetry.accepted_drafts == 4
+
+
+# ------------------------------------------------------------------ rank agreement and arm checks
+
+
+def test_rank_agreement_values_name_the_harvest_geometry_and_draft(tmp_path):
+    served = _served(tmp_path, "dspark_markov_rank0", env="dspark")
+    values = rank_agreement_values(served)
+    assert values == {
+        "harvest": "dspark",
+        "source": "env",
+        "env_value": "dspark",
+        "block_size": 5,
+        "gamma": 5,
+        "verify_window": 6,
+        "draft_path": served.cfg.path,
+    }
+
+
+def test_worker_init_refuses_a_harvest_the_factory_did_not_choose(tmp_path, monkeypatch):
+    served = _served(tmp_path, "specforge_dflash")
+    monkeypatch.setattr(workers, "_tp_cpu_group", lambda: (None, 0))
+    monkeypatch.setattr(workers, "_served_for", lambda args: served)
+    worker = object.__new__(HarvestDSparkWorker)
+    with pytest.raises(GeometryError, match="factory and the worker"):
+        worker._dspark_harvest_init(SimpleNamespace(enable_metrics=False))
+    ok = object.__new__(HarvestDFlashWorker)
+    assert ok._dspark_harvest_init(SimpleNamespace(enable_metrics=False)) is served
+    assert ok.dspark_telemetry is not None
