@@ -137,20 +137,20 @@ weight_names = st.lists(
     max_size=3,
 )
 
-_ROOT = Path(tempfile.mkdtemp(prefix="census-fuzz-"))
-
 
 @settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(config=configs, weights=st.none() | weight_names)
 def test_random_configs_give_a_result_or_a_typed_error(config, weights):
-    folder = _ROOT / "ckpt"
-    folder.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="census-fuzz-") as tmp:
+        _check(Path(tmp), config, weights)
+
+
+def _check(folder: Path, config: object, weights: list[str] | None) -> None:
     (folder / "config.json").write_text(json.dumps(config))
-    index = folder / "model.safetensors.index.json"
-    if weights is None:
-        index.unlink(missing_ok=True)
-    else:
-        index.write_text(json.dumps({"weight_map": dict.fromkeys(weights, "model.safetensors")}))
+    if weights is not None:
+        (folder / "model.safetensors.index.json").write_text(
+            json.dumps({"weight_map": dict.fromkeys(weights, "model.safetensors")})
+        )
     try:
         cfg = census(folder)
     except DsparkHarvestError as exc:
