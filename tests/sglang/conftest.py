@@ -1,0 +1,117 @@
+"""Tests against the REAL sglang: fail (never skip) when it is missing or not the expected version.
+
+``DSPARK_EXPECT_SGLANG`` (set by scripts/test.sh) names the version this run must exercise.
+Each test starts from a clean plugin state: sglang's spec registry and its ``_plugins_loaded`` guard
+are snapshotted and restored, the plugin's per-process resolution cache is cleared, and
+``MEMRA_DSPARK_HARVEST`` / ``MEMRA_DSPARK_MANIFEST`` are unset.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+try:
+    import sglang
+    from sglang.srt import plugins as sglang_plugins
+    from sglang.srt.speculative import spec_registry
+except ImportError as err:  # a missing sglang must fail the run, not skip it
+    raise pytest.UsageError(
+        f"tests/sglang needs the real sglang installed ({err}); create the environments with "
+        "scripts/setup_envs.sh and run these tests with ~/.cache/sglang-dspark-plugin/venvs/sglang-X/bin/python"
+    ) from err
+
+_EXPECTED = os.environ.get("DSPARK_EXPECT_SGLANG")
+if _EXPECTED and sglang.__version__ != _EXPECTED:
+    raise pytest.UsageError(
+        f"DSPARK_EXPECT_SGLANG={_EXPECTED} but this interpreter has sglang {sglang.__version__} "
+        f"({sys.executable}); run with the sglang-{_EXPECTED} environment."
+    )
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/checkpoints.py
+
+from sglang_dspark_plugin.sglang_plugin import resolution  # noqa: E402
+
+PLUGIN_LOGGER = "sglang_dspark_plugin"
+
+# A tiny Qwen3 target: prepare_server_args only reads its config.json (no weights, nothing downloaded).
+TARGET_CONFIG = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "num_hidden_layers": 4,
+    "vocab_size": 256,
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+    "torch_dtype": "float32",
+    "tie_word_embeddings": False,
+}
+
+
+def sglang_version() -> str:
+    return sglang.__version__
+
+
+@pytest.fixture(scope="session")
+def target_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A target model folder holding only a config.json."""
+    d = tmp_path_factory.mktemp("target")
+    (d / "config.json").write_text(json.dumps(TARGET_CONFIG))
+    return d
+
+
+@pytest.fixture(scope="session")
+def checkpoint_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("fixtures")
+
+
+@pytest.fixture(autouse=True)
+def clean_plugin_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Snapshot/restore sglang's registry and plugin guard; clear our cache and env."""
+    registry = dict(spec_registry._REGISTRY)
+    loaded = sglang_plugins._plugins_loaded
+    monkeypatch.delenv("MEMRA_DSPARK_HARVEST", raising=False)
+    monkeypatch.delenv("MEMRA_DSPARK_MANIFEST", raising=False)
+    resolution.clear_cache()
+    yield
+    spec_registry._REGISTRY.clear()
+    spec_registry._REGISTRY.update(registry)
+    sglang_plugins._plugins_loaded = loaded
+    resolution.clear_cache()
+
+
+class PluginLog(logging.Handler):
+    """Records of the plugin's loggers (sglang's basicConfig(force=True) would drop caplog's handler)."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def at(self, level: int) -> list[str]:
+        return [r.getMessage() for r in self.records if r.levelno == level]
+
+
+@pytest.fixture
+def plugin_log() -> Iterator[PluginLog]:
+    handler = PluginLog()
+    logger = logging.getLogger(PLUGIN_LOGGER)
+    old_level = logger.level
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(handler)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(old_level)

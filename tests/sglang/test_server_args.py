@@ -1,0 +1,261 @@
+"""``prepare_server_args`` with ``--speculative-algorithm DSPARK_HARVEST`` against the real sglang.
+
+Every fixture checkpoint x every ``MEMRA_DSPARK_HARVEST`` value resolves to its geometry or is refused
+with a clear, typed ``ValueError`` before any model loads; the same through ``--config FILE.yaml``.
+0.5.23 also runs ``resolve_once()`` and reads through ``resolved_view`` (its plugin hook receives a
+recording stand-in); 0.5.17 resolves in ``ServerArgs.__post_init__`` and is read directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+import sglang
+import yaml
+from checkpoints import FIXTURES, write_checkpoint
+from conftest import PluginLog
+from sglang.srt.server_args import ServerArgs, prepare_server_args
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+from sglang_dspark_plugin.errors import DsparkHarvestError, GeometryError, HarvestEnvError
+from sglang_dspark_plugin.sglang_plugin import register, resolution
+
+IS_0523 = tuple(int(x) for x in sglang.__version__.split(".")[:3]) >= (0, 5, 23)
+CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
+ENV_VALUES = (None, "dflash", "dspark", "dSpark ", "bogus")
+
+
+def resolve(target: Path, draft: Path | None, *extra: str, device: str = "cpu", config: Path | None = None):
+    """Parse and resolve like ``launch_server``; returns (record, the view that holds the results)."""
+    argv = ["--model-path", str(target), "--device", device]
+    if config is not None:
+        argv = ["--config", str(config), *argv]
+    else:
+        argv += ["--speculative-algorithm", "DSPARK_HARVEST"]
+    if draft is not None:
+        argv += ["--speculative-draft-model-path", str(draft)]
+    argv += list(extra)
+    server_args = prepare_server_args(argv)
+    assert hasattr(server_args, "resolve_once") == IS_0523  # each version takes its own branch
+    if IS_0523:
+        from sglang.srt.arg_groups.overrides import resolved_view
+
+        server_args.resolve_once()
+        return server_args, resolved_view(server_args)
+    return server_args, server_args
+
+
+def expected_outcome(name: str, env: str | None) -> tuple[str, str]:
+    """("ok", arm) or ("error", kind) for a fixture under an env value, from the fixture's verdict."""
+    fx = FIXTURES[name]
+    if "model_type" not in fx.config:
+        return ("sglang", "model_type")  # sglang's own draft-config load refuses it before the plugin
+    if fx.expect in ("unsupported", "invalid"):
+        return ("error", fx.expect)  # the census refuses before the env value matters
+    if env is not None:
+        arm = env.strip().lower()
+        return ("ok", arm) if arm in ("dflash", "dspark") else ("error", "env")
+    if fx.expect == "conflict":
+        return ("error", "conflict")
+    return ("ok", fx.expect)
+
+
+def expected_verify_window(block_size: int, arm: str) -> int:
+    # mask-fill harvests rows 1..b-1 (verify b); shifted harvests rows 0..b-1 (verify b+1)
+    return block_size if arm == "dflash" else block_size + 1
+
+
+@pytest.fixture(autouse=True)
+def registered() -> None:
+    assert register() is True
+
+
+@pytest.mark.parametrize("env", ENV_VALUES, ids=lambda v: f"env={v!r}")
+@pytest.mark.parametrize("name", sorted(FIXTURES))
+def test_every_fixture_and_env(
+    name: str, env: str | None, target_dir: Path, checkpoint_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fx = FIXTURES[name]
+    draft = write_checkpoint(checkpoint_dir, name)
+    if env is not None:
+        monkeypatch.setenv("MEMRA_DSPARK_HARVEST", env)
+    outcome, detail = expected_outcome(name, env)
+
+    if outcome != "ok":
+        with pytest.raises(ValueError) as info:
+            resolve(target_dir, draft)
+        err = info.value
+        if outcome == "sglang":
+            assert "model_type" in str(err)
+            return
+        assert isinstance(err, DsparkHarvestError), repr(err)
+        assert err.kind == detail
+        if detail == "env":
+            assert isinstance(err, HarvestEnvError)
+            assert "MEMRA_DSPARK_HARVEST" in str(err) and repr(env) in str(err)
+        if detail == "conflict":
+            assert "MEMRA_DSPARK_HARVEST" in str(err)  # the message names the override
+        return
+
+    record, view = resolve(target_dir, draft)
+    b = fx.block_size
+    assert b is not None
+    width = expected_verify_window(b, detail)
+    assert view.speculative_algorithm == "DSPARK_HARVEST"
+    assert view.speculative_num_draft_tokens == width
+    assert view.speculative_num_steps == 1
+    assert view.speculative_eagle_topk == 1
+    block_flag = "speculative_dflash_block_size" if detail == "dflash" else "speculative_dspark_block_size"
+    assert getattr(view, block_flag) == b
+    if IS_0523:
+        assert record.speculative_num_draft_tokens is None  # declared through the stand-in, raw untouched
+    served = resolution.served(record)
+    assert served.resolution.harvest.name() == detail
+    assert served.resolution.source == ("env" if env is not None else fx.expect_source)
+    assert served.geometry.verify_window == width
+    algo = SpeculativeAlgorithm.from_string("DSPARK_HARVEST")
+    assert algo.is_dflash() is (detail == "dflash")
+    assert algo.is_dspark() is (detail == "dspark")
+    assert algo.is_dflash_family() is True
+
+
+@pytest.mark.parametrize("env", (None, "dflash", "dspark"), ids=lambda v: f"env={v!r}")
+@pytest.mark.parametrize(
+    "name", sorted(n for n, f in FIXTURES.items() if f.resolves and "model_type" in f.config)
+)
+def test_cuda_device_runs_the_builtin_handler(
+    name: str, env: str | None, target_dir: Path, checkpoint_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a serving device the builtin _handle_dflash/_handle_dspark runs on our geometry."""
+    fx = FIXTURES[name]
+    if env is not None:
+        monkeypatch.setenv("MEMRA_DSPARK_HARVEST", env)
+    arm = env or fx.expect
+    _, view = resolve(target_dir, write_checkpoint(checkpoint_dir, name), device="cuda")
+    assert view.speculative_num_draft_tokens == expected_verify_window(fx.block_size, arm)
+    assert view.max_running_requests == 48  # set only by sglang's builtin DFlash-family handlers
+    if arm == "dflash":
+        assert view.speculative_draft_attention_backend is not None  # _resolve_dflash_draft_attention_backend
+
+
+@pytest.mark.parametrize("arm", ("dflash", "dspark"))
+def test_num_draft_tokens_flag(arm: str, target_dir: Path, checkpoint_dir: Path, monkeypatch) -> None:
+    name = "zlab_dflash"
+    b = FIXTURES[name].block_size
+    draft = write_checkpoint(checkpoint_dir, name)
+    monkeypatch.setenv("MEMRA_DSPARK_HARVEST", arm)
+    right = expected_verify_window(b, arm)
+    _, view = resolve(target_dir, draft, "--speculative-num-draft-tokens", str(right))
+    assert view.speculative_num_draft_tokens == right
+    # the other convention's width: exactly the silent-collapse mistake
+    wrong = expected_verify_window(b, "dspark" if arm == "dflash" else "dflash")
+    with pytest.raises(GeometryError) as info:
+        resolve(target_dir, draft, "--speculative-num-draft-tokens", str(wrong))
+    msg = str(info.value)
+    assert isinstance(info.value, ValueError)
+    assert f"--speculative-num-draft-tokens {wrong}" in msg
+    assert f"must be {right}" in msg
+    assert f"block_size {b}" in msg and arm in msg
+    assert "silent collapse" in msg
+    assert str(draft) in msg
+
+
+@pytest.mark.parametrize("flag", ("--speculative-dflash-block-size", "--speculative-dspark-block-size"))
+@pytest.mark.parametrize("arm", ("dflash", "dspark"))
+def test_block_size_flags(flag: str, arm: str, target_dir: Path, checkpoint_dir: Path, monkeypatch) -> None:
+    name = "specforge_dspark"
+    b = FIXTURES[name].block_size
+    draft = write_checkpoint(checkpoint_dir, name)
+    monkeypatch.setenv("MEMRA_DSPARK_HARVEST", arm)
+    _, view = resolve(target_dir, draft, flag, str(b))
+    assert view.speculative_num_draft_tokens == expected_verify_window(b, arm)
+    with pytest.raises(GeometryError) as info:
+        resolve(target_dir, draft, flag, str(b + 1))
+    msg = str(info.value)
+    assert f"{flag} {b + 1}" in msg and f"must be {b}" in msg and "silent collapse" in msg
+
+
+@pytest.mark.parametrize("mode", ("prefill", "decode"))
+def test_disaggregation_is_refused(mode: str, target_dir: Path, checkpoint_dir: Path) -> None:
+    draft = write_checkpoint(checkpoint_dir, "specforge_dflash")
+    with pytest.raises(ValueError) as info:
+        resolve(target_dir, draft, "--disaggregation-mode", mode)
+    assert isinstance(info.value, DsparkHarvestError)
+    assert info.value.kind == "unsupported"
+    assert f"--disaggregation-mode {mode}" in str(info.value)
+    assert "prefill-decode disaggregation" in str(info.value)
+
+
+def test_missing_draft_path_is_refused(target_dir: Path) -> None:
+    with pytest.raises(ValueError) as info:
+        resolve(target_dir, None)
+    assert "--speculative-draft-model-path" in str(info.value)
+
+
+def test_manifest_and_startup_log(
+    target_dir: Path, checkpoint_dir: Path, tmp_path: Path, monkeypatch, plugin_log: PluginLog
+) -> None:
+    import logging
+
+    name = "specforge_dflash"
+    draft = write_checkpoint(checkpoint_dir, name)
+    out = tmp_path / "manifest.json"
+    monkeypatch.setenv("MEMRA_DSPARK_MANIFEST", str(out))
+    monkeypatch.setenv("MEMRA_DSPARK_HARVEST", "dspark")  # contradicts the census: one warning
+    resolve(target_dir, draft)
+    manifest = json.loads(out.read_text())
+    b = FIXTURES[name].block_size
+    assert manifest["producer"] == "sglang-plugin"
+    assert manifest["harvest"] == "dspark" and manifest["source"] == "env"
+    assert manifest["census_harvest"] == "dflash"
+    assert manifest["block_size"] == b and manifest["verify_window"] == b + 1
+    assert manifest["harvested_rows"] == list(range(0, b))
+    assert manifest["speculative_num_draft_tokens"] == b + 1
+    assert manifest["checkpoint"] == str(draft)
+    assert manifest["versions"]["sglang"] == sglang.__version__
+    infos = plugin_log.at(logging.INFO)
+    assert any("harvest=dspark" in m and "MEMRA_DSPARK_HARVEST='dspark'" in m for m in infos)
+    assert sum("geometry manifest:" in m for m in infos) == 1
+    warnings = plugin_log.at(logging.WARNING)
+    assert len([w for w in warnings if "contradicts the checkpoint census" in w]) == 1
+    resolve(target_dir, draft)  # same process, same checkpoint: announced once
+    assert sum("geometry manifest:" in m for m in plugin_log.at(logging.INFO)) == 1
+
+
+def test_unwritable_manifest_path_is_refused(target_dir: Path, checkpoint_dir: Path, tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMRA_DSPARK_MANIFEST", str(tmp_path / "no-such-dir" / "m.json"))
+    with pytest.raises(ValueError) as info:
+        resolve(target_dir, write_checkpoint(checkpoint_dir, "specforge_dflash"))
+    assert "MEMRA_DSPARK_MANIFEST" in str(info.value)
+
+
+def test_configs_exist() -> None:
+    assert [p.name for p in CONFIGS] and all(p.suffix == ".yaml" for p in CONFIGS)
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.name)
+@pytest.mark.parametrize("env", (None, "dflash", "dspark"), ids=lambda v: f"env={v!r}")
+@pytest.mark.parametrize("name", ("zlab_dflash", "specforge_dspark", "dspark_markov_rank0"))
+def test_config_files(
+    config: Path, env: str | None, name: str, target_dir: Path, checkpoint_dir: Path, monkeypatch
+) -> None:
+    fx = FIXTURES[name]
+    if env is not None:
+        monkeypatch.setenv("MEMRA_DSPARK_HARVEST", env)
+    settings = yaml.safe_load(config.read_text())
+    assert settings["speculative-algorithm"] == "DSPARK_HARVEST"
+    _, view = resolve(target_dir, write_checkpoint(checkpoint_dir, name), config=config)
+    arm = env or fx.expect
+    assert view.speculative_algorithm == "DSPARK_HARVEST"
+    assert view.speculative_num_draft_tokens == expected_verify_window(fx.block_size, arm)
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    options = {a.dest for a in parser._actions}
+    for key, value in settings.items():
+        field = key.replace("-", "_")
+        assert field in options, key  # every key is a real server argument
+        if field != "speculative_algorithm":
+            assert getattr(view, field) == value, key
