@@ -24,7 +24,7 @@ try:
 except ImportError as err:  # a missing sglang must fail the run, not skip it
     raise pytest.UsageError(
         f"tests/sglang needs the real sglang installed ({err}); create the environments with "
-        "scripts/setup_envs.sh and run these tests with ~/.cache/sglang-dspark-plugin/venvs/sglang-X/bin/python"
+        "scripts/setup_envs.sh and run these tests with the python of a sglang-X environment"
     ) from err
 
 _EXPECTED = os.environ.get("DSPARK_EXPECT_SGLANG")
