@@ -29,7 +29,7 @@ from sglang_dspark_plugin.errors import InvalidCheckpointError
 from sglang_dspark_plugin.harvest import DsparkHarvest
 from sglang_dspark_plugin.telemetry import AcceptTelemetry, TelemetrySettings
 
-torch.set_num_threads(2)
+torch.set_num_threads(1)  # tiny models: extra threads only add synchronisation
 
 V, H, B, MASK = 48, 64, 4, 47
 PROMPTS = ([3, 1, 4, 1, 5, 9, 2, 6], [7, 7, 7], list(range(10, 40)))
@@ -356,3 +356,45 @@ def test_probe_names_the_engine_misalignment(target) -> None:  # noqa: ANN001
     for drafter, harvest, expected in cases:
         gen = speculative_generate(target, drafter, prompt, harvest, 40)
         assert offset_probe(gen.probe_rounds, prompt + gen.tokens, harvest).verdict == expected
+
+
+# -- the trained embedded drafters ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def embedded():  # noqa: ANN201
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from sglang_dspark_plugin.embedded import EMBEDDED
+    from sglang_dspark_plugin.engine import load_drafter
+
+    target = AutoModelForCausalLM.from_pretrained(EMBEDDED.target, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(EMBEDDED.target)
+    prompts = [tokenizer(text)["input_ids"] for text in EMBEDDED.prompts[:2]]
+    return target, prompts, {s: load_drafter(p) for s, p in EMBEDDED.drafters.items()}
+
+
+def test_lossless_with_the_trained_drafters_and_the_postmortem_in_miniature(embedded) -> None:  # noqa: ANN001
+    target, prompts, drafters = embedded
+    accepted: dict[tuple[str, str], list[int]] = {}
+    probes: dict[tuple[str, str], ProbeCounts] = {}
+    for prompt in prompts:
+        ref = greedy(target, prompt, 32)
+        for strategy, drafter in drafters.items():
+            for harvest in DsparkHarvest:
+                gen = speculative_generate(target, drafter, prompt, harvest, 32)
+                assert gen.tokens == ref, (strategy, harvest)
+                key = (strategy, harvest.name())
+                accepted.setdefault(key, []).extend(gen.accept_lengths)
+                probes[key] = probes.get(key, ProbeCounts()) + probe_counts(gen.probe_rounds, prompt + ref)
+
+    def mean(xs: list[int]) -> float:
+        return sum(xs) / len(xs)
+
+    # each drafter accepts more under the harvest of its own training strategy
+    assert mean(accepted[("dflash", "dflash")]) > mean(accepted[("dflash", "dspark")])
+    assert mean(accepted[("dspark", "dspark")]) > mean(accepted[("dspark", "dflash")])
+    # and the probe names the misalignment of the mismatched runs
+    assert verdict(probes[("dspark", "dflash")], DFLASH).verdict == LATE
+    assert verdict(probes[("dflash", "dspark")], DSPARK).verdict == EARLY
+    assert verdict(probes[("dspark", "dspark")], DSPARK).verdict == ALIGNED

@@ -4,6 +4,7 @@
 the draft model and its checkpoint loader.
 """
 
+from .drafter import DFlashDraftModel, DraftCache, load_drafter, new_draft_model
 from .probe import ProbeResult, ProbeRound, offset_probe
 from .spec_decode import (
     DecodeState,
@@ -16,6 +17,10 @@ from .spec_decode import (
 )
 
 __all__ = [
+    "DFlashDraftModel",
+    "DraftCache",
+    "load_drafter",
+    "new_draft_model",
     "DecodeState",
     "Generation",
     "RoundResult",
