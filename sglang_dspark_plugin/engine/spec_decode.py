@@ -110,13 +110,26 @@ def _sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Ten
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
+def _next_token(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:
+    if temperature > 0:
+        return _sample(torch.softmax(logits.float() / temperature, -1), generator)
+    return logits.argmax(-1)
+
+
 @torch.inference_mode()
-def prefill(target: torch.nn.Module, drafter: DFlashDraftModel, prompt: list[int]) -> DecodeState:
-    """Run the prompt through the target; its greedy next token becomes the first anchor."""
+def prefill(
+    target: torch.nn.Module,
+    drafter: DFlashDraftModel,
+    prompt: list[int],
+    *,
+    temperature: float = 0.0,
+    generator: torch.Generator | None = None,
+) -> DecodeState:
+    """Run the prompt through the target; its next token becomes the first anchor."""
     device = _device(target)
     cache = _new_cache(target)
     out = _forward(target, torch.tensor([prompt], device=device), cache, hidden_states=True)
-    first = int(out.logits[0, -1].argmax())
+    first = int(_next_token(out.logits[0, -1], temperature, generator))
     return DecodeState(
         tokens=list(prompt) + [first],
         target_cache=cache,
@@ -214,7 +227,7 @@ def speculative_generate(
     """Speculative decoding of ``max_new_tokens`` tokens after ``prompt`` (token ids)."""
     _check_max_new_tokens(max_new_tokens)
     start = time.perf_counter()
-    state = prefill(target, drafter, prompt)
+    state = prefill(target, drafter, prompt, temperature=temperature, generator=generator)
     gen = Generation(prompt_len=len(prompt), tokens=[], seconds=0.0)
     while len(state.tokens) - len(prompt) < max_new_tokens:
         result = speculative_round(
@@ -245,11 +258,9 @@ def autoregressive_generate(
     next_input = torch.tensor([prompt], device=device)
     tokens: list[int] = []
     while len(tokens) < max_new_tokens:
-        logits = _forward(target, next_input, cache).logits[0, -1].float()
-        if temperature > 0:
-            token = _sample(torch.softmax(logits / temperature, -1), generator).view(1, 1)
-        else:
-            token = logits.argmax().view(1, 1)
+        token = _next_token(_forward(target, next_input, cache).logits[0, -1], temperature, generator).view(
+            1, 1
+        )
         tokens.append(int(token))
         next_input = token
     return Generation(prompt_len=len(prompt), tokens=tokens, seconds=time.perf_counter() - start)
