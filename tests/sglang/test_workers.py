@@ -424,3 +424,130 @@ def test_worker_init_refuses_a_harvest_the_factory_did_not_choose(tmp_path, monk
     ok = object.__new__(HarvestDFlashWorker)
     assert ok._dspark_harvest_init(SimpleNamespace(enable_metrics=False)) is served
     assert ok.dspark_telemetry is not None
+
+
+# ------------------------------------------------------------------ the real draft model, built on CPU
+
+_MODEL_SCRIPT = r"""
+import json, os, socket, sys, tempfile, types
+from pathlib import Path
+
+import torch
+
+torch.set_num_threads(2)
+# Construction only: sglang's rotary layer binds vllm's fallback kernel on a non-CUDA device; never called.
+ops = types.ModuleType("vllm._custom_ops")
+ops.rotary_embedding = None
+sys.modules.setdefault("vllm", types.ModuleType("vllm"))
+sys.modules.setdefault("vllm._custom_ops", ops)
+
+import test_workers as tw  # noqa: E402
+
+print("RESULT " + json.dumps(tw._build_real_draft_model()))
+"""
+
+
+def _init_single_process_sglang_dist() -> None:
+    """world=1 gloo process group plus sglang's model-parallel groups (its layers need them at tp=1)."""
+    import socket
+
+    from sglang.srt.distributed import parallel_state as ps
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    if SGLANG_023:
+        from sglang.test.layer_ut_utils import init_single_process_dist
+
+        init_single_process_dist(master_port=port)
+    else:
+        ps.init_distributed_environment(
+            world_size=1, rank=0, local_rank=0, backend="gloo",
+            distributed_init_method=f"tcp://127.0.0.1:{port}",
+        )
+        ps.initialize_model_parallel(1)
+
+
+def _build_real_draft_model() -> dict:
+    """Subprocess body: what sglang's loader does for the dspark arm, on CPU, with a fixture checkpoint."""
+    import tempfile
+
+    from safetensors.torch import load_file
+    from sglang.srt.configs.model_config import ModelImpl
+    from sglang.srt.layers.vocab_parallel_embedding import ParallelLMHead
+    from sglang.srt.model_loader.utils import get_model_architecture
+    from sglang.srt.runtime_context import get_context
+
+    _init_single_process_sglang_dist()
+    # A DSpark-strategy drafter without a Markov head, named like a DFlash one.
+    raw = {**FIXTURES["dspark_markov_rank0"].config, "architectures": ["DFlashDraftModel"]}
+    config = PretrainedConfig(**raw)
+    model_config = SimpleNamespace(hf_config=config, quantization=None, model_impl=ModelImpl.AUTO)
+    out: dict = {"outside": get_model_architecture(model_config)[0].__name__}
+    with get_context().override_server_args(device="cpu"):
+        with dspark_draft_route(["DFlashDraftModel"], markov_rank=0, mask_token_id=255):
+            model_cls = get_model_architecture(model_config)[0]
+            model = model_cls(config=config, quant_config=None)  # as loader._initialize_model does
+        out["after"] = get_model_architecture(model_config)[0].__name__
+        out["class"] = type(model).__name__
+        out["is_dspark_draft_model"] = isinstance(model, DSparkDraftModel)
+        out["sample_from_anchor"] = bool(getattr(model, "sample_from_anchor", config.sample_from_anchor))
+        out["gamma"] = int(model.gamma)
+        out["head"] = [type(model.markov_head).__name__, int(model.markov_head.markov_rank)]
+        out["head_abs_sum_init"] = float(sum(p.abs().sum() for p in model.markov_head.parameters()))
+
+        ckpt = write_checkpoint(tempfile.mkdtemp(), "dspark_markov_rank0")
+        weights = load_file(str(ckpt / "model.safetensors"))
+        with torch.no_grad():  # weights a real load must overwrite / leave at zero
+            model.markov_head.markov_w1.weight.fill_(3.0)
+            model.fc.weight.fill_(1.0)
+        model.load_weights(iter((k, v.float()) for k, v in weights.items()))
+        out["head_abs_sum_loaded"] = float(sum(p.abs().sum() for p in model.markov_head.parameters()))
+        out["fc_abs_sum_loaded"] = float(model.fc.weight.abs().sum())
+        runtime = resolve_runtime_config(
+            draft_hf_config=config, speculative_num_draft_tokens=6, target_vocab_size=256
+        )
+        out["runtime"] = [runtime.gamma, runtime.verify_num_draft_tokens, runtime.mask_token_id]
+
+        # The worker's eager draft step: base logits through the target lm_head, then sglang's sampler.
+        hidden_size, vocab = int(config.hidden_size), int(config.vocab_size)
+        lm_head = ParallelLMHead(vocab, hidden_size)
+        with torch.no_grad():
+            lm_head.weight.zero_()
+            lm_head.weight[:hidden_size] = torch.eye(hidden_size)
+        model.attach_shared_modules(embed_tokens=torch.nn.Embedding(vocab, hidden_size), lm_head=lm_head)
+        bs, gamma = 3, int(model.gamma)
+        hidden, tokens = _row_tagged_hidden(bs, gamma, hidden_size)
+        base_logits, _ = model.compute_base_logits(hidden.reshape(bs * gamma, hidden_size))
+        drafts = _sglang_dspark_drafts(
+            model.markov_head, base_logits.view(bs, gamma, -1), torch.full((bs,), 9, dtype=torch.long)
+        )
+        out["drafts"] = drafts.long().tolist()
+        out["row_tokens"] = tokens.tolist()
+    return out
+
+
+def test_the_real_dspark_draft_model_serves_a_no_markov_checkpoint_named_like_dflash():
+    import json
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
+    proc = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", _MODEL_SCRIPT],
+        cwd=Path(__file__).parent, env=env, capture_output=True, text=True, timeout=600,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-6000:]
+    out = json.loads(lines[-1][len("RESULT "):])
+    geometry = RoundGeometry(DsparkHarvest.DSPARK, 5)
+    assert out["outside"] == out["after"] == "DFlashDraftModel"  # the route is scoped
+    assert out["class"] == "HarvestDSparkDraftModel" and out["is_dspark_draft_model"]
+    assert out["sample_from_anchor"] is True
+    assert out["gamma"] == geometry.gamma
+    assert out["head"] == ["VanillaMarkov", 1]
+    assert out["head_abs_sum_init"] == 0.0
+    assert out["head_abs_sum_loaded"] == 0.0  # re-zeroed after sglang's loader
+    assert out["fc_abs_sum_loaded"] == 0.0  # the backbone really was loaded (fixture weights are zeros)
+    assert out["runtime"] == [geometry.gamma, geometry.verify_window, 255]
+    rows = list(geometry.harvested_rows)
+    assert out["drafts"] == [[row[r] for r in rows] for row in out["row_tokens"]]
