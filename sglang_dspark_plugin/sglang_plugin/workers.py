@@ -6,7 +6,10 @@ Route per arm (line numbers: sglang 0.5.17 / 0.5.23, files under ``sglang/srt/``
   sglang's DFLASH worker already harvests rows 1..b-1 (``speculative/dflash_worker_v2.py:130`` graph
   sampler ``[:, 1:, :]`` and ``:1641`` eager path / 0.5.23 ``:183`` and ``:2804``), b-1 drafts, verify
   window b (``DFlashVerifyInput(draft_token_num=b)``, 0.5.17 ``:1661-1667``). Same tokens, same accept
-  lengths as the builtin DFLASH.
+  lengths as the builtin DFLASH. One addition (``dflash_draft_route``): a mask-fill drafter with a DSpark
+  architecture name and no Markov head loads sglang's ``DFlashDraftModel`` (same backbone, same weights;
+  sglang's DSpark class would refuse ``markov_rank`` 0); with a Markov head it is refused, since the
+  DFlash worker would drop a trained part of the model.
 * ``dspark`` arm -> ``HarvestDSparkWorker(DSparkWorkerV2)``: sglang's DSPARK worker drafts gamma = b
   tokens from the gamma query rows ``[anchor, MASK x (b-1)]``, the anchor row's output being draft 1
   (0.5.17 ``speculative/dspark_components/dspark_draft.py:318-323`` and ``:369``), and verifies
@@ -256,6 +259,29 @@ class HarvestDSparkDraftModel(DSparkDraftModel):
 
 _route_lock = threading.Lock()
 
+DSPARK_ARCHITECTURES: tuple[str, ...] = ("DSparkDraftModel", "Qwen3DSparkModel", "LingDSparkModel")
+"""sglang's dense DSpark draft classes: DFlash's backbone plus a Markov head (``models/dspark.py``)."""
+
+
+@contextlib.contextmanager
+def _registry_swap(names: list[str], cls: type) -> Iterator[None]:
+    """Load ``cls`` for these architecture names in this process's ``ModelRegistry``, until exit."""
+    # Imported here: the registry module imports every model module, too slow for plugin import.
+    from sglang.srt.models.registry import ModelRegistry
+
+    ModelRegistry.get_supported_archs()  # 0.5.23 loads its default table lazily: load it first
+    saved = {name: ModelRegistry.models.get(name) for name in names}
+    for name in names:
+        ModelRegistry.models[name] = cls
+    try:
+        yield
+    finally:
+        for name, old in saved.items():
+            if old is None:
+                ModelRegistry.models.pop(name, None)
+            else:
+                ModelRegistry.models[name] = old
+
 
 @contextlib.contextmanager
 def dspark_draft_route(
@@ -269,9 +295,6 @@ def dspark_draft_route(
     The swap is in this process's ``ModelRegistry`` only and is undone on exit, so the target (already
     loaded) and any later model load see sglang's own classes.
     """
-    # Imported here: the registry module imports every model module, too slow for plugin import.
-    from sglang.srt.models.registry import ModelRegistry
-
     names = [a for a in architectures if a in DSPARK_ARM_ARCHITECTURES]
     if not names:
         raise UnsupportedCheckpointError(
@@ -282,20 +305,40 @@ def dspark_draft_route(
             where="config.json: architectures",
         )
     with _route_lock:
-        ModelRegistry.get_supported_archs()  # 0.5.23 loads its default table lazily: load it first
-        saved = {name: ModelRegistry.models.get(name) for name in names}
         HarvestDSparkDraftModel._route = _DraftRoute(markov_rank, mask_token_id)
-        for name in names:
-            ModelRegistry.models[name] = HarvestDSparkDraftModel
         try:
-            yield
+            with _registry_swap(names, HarvestDSparkDraftModel):
+                yield
         finally:
             HarvestDSparkDraftModel._route = None
-            for name, cls in saved.items():
-                if cls is None:
-                    ModelRegistry.models.pop(name, None)
-                else:
-                    ModelRegistry.models[name] = cls
+
+
+@contextlib.contextmanager
+def dflash_draft_route(
+    architectures: list[str] | tuple[str, ...], *, markov_rank: int | None
+) -> Iterator[None]:
+    """The dflash arm loads sglang's ``DFlashDraftModel`` for a mask-fill drafter with a DSpark name.
+
+    Without a Markov head the two classes share one backbone and the same weights, and sglang's DSpark
+    class would refuse it (``models/dspark.py:368-372`` / ``:525-529``). With a Markov head the DFlash
+    worker would drop a trained part of the model: refused, with the way to serve it.
+    """
+    names = [a for a in architectures if a in DSPARK_ARCHITECTURES]
+    if not names:
+        yield
+        return
+    if markov_rank:
+        raise UnsupportedCheckpointError(
+            f"this drafter is mask-fill (dflash harvest) but has a rank-{markov_rank} Markov head "
+            f"(architectures={list(architectures)!r}); sglang's DFlash worker has no Markov head and would "
+            "silently drop it. Serve it with sglang 0.5.23's --speculative-algorithm DSPARK (which reads "
+            f"sample_from_anchor=false), or, if it was trained shifted, with {ENV_VAR}=dspark.",
+            where="config.json: architectures / markov_rank",
+        )
+    from sglang.srt.models.dflash import DFlashDraftModel
+
+    with _route_lock, _registry_swap(names, DFlashDraftModel):
+        yield
 
 
 # ------------------------------------------------------------------ what both arms share
@@ -313,6 +356,12 @@ def rank_agreement_values(served: Any) -> dict[str, Any]:
         "verify_window": geometry.verify_window,
         "draft_path": served.cfg.path,
     }
+
+
+def _architectures(cfg: Any) -> tuple[str, ...]:
+    """The draft's ``config.json`` architectures, the names sglang's loader resolves."""
+    names = cfg.raw.get("architectures") or ([cfg.architecture] if cfg.architecture else [])
+    return tuple(str(n) for n in names)
 
 
 def _served_for(server_args: Any) -> Any:
@@ -391,17 +440,21 @@ class HarvestDFlashWorker(_HarvestWorkerMixin, DFlashWorkerV2):
 
     dspark_harvest = DsparkHarvest.DFLASH
 
+    def _dflash_route(self, server_args: Any) -> contextlib.AbstractContextManager[None]:
+        cfg = self._dspark_harvest_init(server_args).cfg
+        return dflash_draft_route(_architectures(cfg), markov_rank=cfg.markov_rank)
+
     if _DFLASH_TAKES_PS:
 
         def __init__(self, server_args, gpu_id, ps, nccl_port, target_worker):  # noqa: ANN001
-            self._dspark_harvest_init(server_args)
-            super().__init__(server_args, gpu_id, ps, nccl_port, target_worker)
+            with self._dflash_route(server_args):
+                super().__init__(server_args, gpu_id, ps, nccl_port, target_worker)
 
     else:
 
         def __init__(self, server_args, gpu_id, nccl_port, target_worker):  # noqa: ANN001
-            self._dspark_harvest_init(server_args)
-            super().__init__(server_args, gpu_id, nccl_port, target_worker)
+            with self._dflash_route(server_args):
+                super().__init__(server_args, gpu_id, nccl_port, target_worker)
 
 
 class HarvestDSparkWorker(_HarvestWorkerMixin, DSparkWorkerV2):
@@ -420,9 +473,8 @@ class HarvestDSparkWorker(_HarvestWorkerMixin, DSparkWorkerV2):
                 "to the draft's config.json.",
                 where=f"{cfg.path}/config.json: mask_token_id",
             )
-        architectures = cfg.raw.get("architectures") or ([cfg.architecture] if cfg.architecture else [])
         return dspark_draft_route(
-            tuple(architectures), markov_rank=cfg.markov_rank, mask_token_id=cfg.mask_token_id
+            _architectures(cfg), markov_rank=cfg.markov_rank, mask_token_id=cfg.mask_token_id
         )
 
     if _DSPARK_TAKES_PS:
@@ -467,9 +519,11 @@ def worker_class_for(harvest: DsparkHarvest) -> type:
 __all__ = [
     "WORKER_CONTRACT",
     "DSPARK_ARM_ARCHITECTURES",
+    "DSPARK_ARCHITECTURES",
     "HarvestDFlashWorker",
     "HarvestDSparkWorker",
     "HarvestDSparkDraftModel",
+    "dflash_draft_route",
     "dspark_draft_route",
     "prepare_dspark_arm_config",
     "rank_agreement_values",

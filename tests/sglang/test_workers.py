@@ -118,7 +118,7 @@ def test_the_workers_override_nothing_on_the_round_path():
     def own(cls: type) -> set[str]:
         return {n for n in vars(cls) if not n.startswith("__") and n != "_abc_impl"}
 
-    assert own(HarvestDFlashWorker) == {"dspark_harvest"}
+    assert own(HarvestDFlashWorker) == {"dspark_harvest", "_dflash_route"}
     assert "__init__" in vars(HarvestDFlashWorker) and "__init__" in vars(HarvestDSparkWorker)
     assert own(HarvestDSparkWorker) == {"dspark_harvest", "_dspark_route"}
     mixin = set(vars(workers._HarvestWorkerMixin))
@@ -340,6 +340,20 @@ def test_the_draft_route_swaps_the_checkpoints_architecture_only_while_building(
         with dspark_draft_route(["DSparkDraftModel"], markov_rank=8):
             raise RuntimeError("boom")
     assert ModelRegistry.resolve_model_cls(["DSparkDraftModel"])[0] is DSparkDraftModel
+
+
+def test_the_dflash_route_loads_dflash_for_a_dspark_named_drafter_without_markov_head():
+    from sglang.srt.models.dflash import DFlashDraftModel
+    from sglang.srt.models.registry import ModelRegistry
+
+    with workers.dflash_draft_route(["Qwen3DSparkModel"], markov_rank=0):
+        assert ModelRegistry.resolve_model_cls(["Qwen3DSparkModel"])[0] is DFlashDraftModel
+    assert ModelRegistry.resolve_model_cls(["Qwen3DSparkModel"])[0].__name__ == "Qwen3DSparkModel"
+    with workers.dflash_draft_route(["DFlashDraftModel"], markov_rank=None):
+        assert ModelRegistry.resolve_model_cls(["DFlashDraftModel"])[0] is DFlashDraftModel  # untouched
+    with pytest.raises(UnsupportedCheckpointError, match="Markov head"):
+        with workers.dflash_draft_route(["DSparkDraftModel"], markov_rank=4):
+            pass
 
 
 def test_the_draft_route_refuses_a_non_dense_drafter():
