@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import pytest
 import sglang
 import torch
+from checkpoints import FIXTURES, write_checkpoint  # tests/ is on sys.path (tests/sglang/conftest.py)
 from sglang.srt.models.dspark import DSparkDraftModel, VanillaMarkov, build_markov_head
 from sglang.srt.speculative.base_spec_worker import BaseSpecWorker
 from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2, _DflashDraftSampler
@@ -44,9 +45,6 @@ from sglang_dspark_plugin.sglang_plugin.workers import (
     worker_class_for,
 )
 from sglang_dspark_plugin.telemetry import ACCEPT_LOGGER
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from checkpoints import FIXTURES, write_checkpoint  # noqa: E402
 
 torch.set_num_threads(2)
 SGLANG_023 = sglang.__version__.startswith("0.5.23")
@@ -565,3 +563,59 @@ def test_the_real_dspark_draft_model_serves_a_no_markov_checkpoint_named_like_df
     assert out["runtime"] == [geometry.gamma, geometry.verify_window, 255]
     rows = list(geometry.harvested_rows)
     assert out["drafts"] == [[row[r] for r in rows] for row in out["row_tokens"]]
+
+
+# ------------------------------------------------------------------ through the registered algorithm
+
+
+def _prepared_server_args(target_dir: Path, draft: Path, *extra: str):
+    from sglang.srt.server_args import prepare_server_args
+
+    server_args = prepare_server_args(
+        ["--model-path", str(target_dir), "--speculative-algorithm", "DSPARK_HARVEST",
+         "--speculative-draft-model-path", str(draft), "--device", "cpu", *extra]
+    )
+    if SGLANG_023:
+        server_args.resolve_once()
+    return server_args
+
+
+@pytest.mark.parametrize(
+    ("fixture", "env", "arm"),
+    [
+        ("zlab_dflash", None, DsparkHarvest.DFLASH),
+        ("dspark_markov_rank0", None, DsparkHarvest.DSPARK),
+        ("zlab_dflash", "dspark", DsparkHarvest.DSPARK),
+    ],
+    ids=["dflash-census", "dspark-no-markov-census", "dspark-forced"],
+)
+def test_registered_factory_and_worker_init_agree_on_real_server_args(
+    fixture, env, arm, target_dir, checkpoint_dir, monkeypatch
+):
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    from sglang_dspark_plugin.sglang_plugin import register
+
+    if env is not None:
+        monkeypatch.setenv(ENV_VAR, env)
+    assert register() is True
+    server_args = _prepared_server_args(
+        target_dir, write_checkpoint(checkpoint_dir, fixture), "--enable-metrics"
+    )
+    cls = SpeculativeAlgorithm.from_string("DSPARK_HARVEST").create_worker(server_args)
+    assert cls is worker_class_for(arm)
+    # The worker's own start-up steps on the same (real) server args, up to the model load.
+    monkeypatch.setattr(workers, "_tp_cpu_group", lambda: (None, 0))
+    worker = object.__new__(cls)
+    served = worker._dspark_harvest_init(server_args)
+    assert served.resolution.harvest is arm
+    assert rank_agreement_values(served)["gamma"] == worker.dspark_telemetry.gamma == served.geometry.gamma
+    assert worker.dspark_telemetry.metrics is not None  # --enable-metrics reached the worker
+    route = worker._dflash_route(server_args) if arm is DsparkHarvest.DFLASH else worker._dspark_route(
+        server_args
+    )
+    with route:
+        from sglang.srt.models.registry import ModelRegistry
+
+        loaded = ModelRegistry.resolve_model_cls(list(served.cfg.raw["architectures"]))[0]
+        assert (loaded is HarvestDSparkDraftModel) == (arm is DsparkHarvest.DSPARK)
