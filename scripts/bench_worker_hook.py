@@ -1,0 +1,67 @@
+"""Per-round cost of the workers' ``on_verify_complete_cpu`` override, against sglang's own no-op hook.
+
+Run it in a sglang environment (the override lives in the sglang glue):
+
+    ~/.cache/sglang-dspark-plugin/venvs/sglang-0.5.23/bin/python scripts/bench_worker_hook.py
+
+It prints microseconds per verify round at batch sizes 1, 64 and 256 for sglang's ``DSparkWorkerV2``
+hook (a no-op) and for ``HarvestDSparkWorker`` (the parent's hook plus one ``AcceptTelemetry`` record).
+The per-round accept lines go to a NullHandler so that the number is the plugin's, not a log sink's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import random
+import time
+from types import SimpleNamespace
+
+from sglang.srt.speculative.dspark_components.dspark_worker_v2 import DSparkWorkerV2
+
+from sglang_dspark_plugin.draft_config import DflashCfg
+from sglang_dspark_plugin.geometry import RoundGeometry
+from sglang_dspark_plugin.harvest import ENV_VAR, DsparkHarvest
+from sglang_dspark_plugin.sglang_plugin.workers import HarvestDSparkWorker
+from sglang_dspark_plugin.telemetry import ACCEPT_LOGGER
+
+
+def _per_round_us(worker: object, counts: list[int], rounds: int) -> float:
+    hook = worker.on_verify_complete_cpu  # type: ignore[attr-defined]
+    bs = len(counts)
+    start = time.perf_counter()
+    for _ in range(rounds):
+        hook(counts, batch_size=bs)
+    return (time.perf_counter() - start) / rounds * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=20000)
+    args = parser.parse_args()
+
+    accept_logger = logging.getLogger(ACCEPT_LOGGER)
+    accept_logger.addHandler(logging.NullHandler())
+    accept_logger.propagate = False
+
+    cfg = DflashCfg(path="bench", block_size=args.block_size)
+    resolution = DsparkHarvest.explain(cfg, environ={ENV_VAR: "dspark"})
+    geometry = RoundGeometry(resolution.harvest, cfg.block_size)
+    served = SimpleNamespace(cfg=cfg, resolution=resolution, geometry=geometry, manifest={})
+    ours = object.__new__(HarvestDSparkWorker)  # the hook needs no GPU state
+    ours._dspark_attach(served, tp_rank=0)
+    parent = object.__new__(DSparkWorkerV2)
+
+    rng = random.Random(0)
+    print(f"gamma={geometry.gamma}  (us per verify round; lower is better)")
+    for bs in (1, 64, 256):
+        counts = [rng.randint(0, geometry.gamma) for _ in range(bs)]
+        rounds = max(1000, args.rounds // max(1, bs // 64))
+        base = _per_round_us(parent, counts, rounds)
+        mine = _per_round_us(ours, counts, rounds)
+        print(f"bs={bs:4d}  sglang DSparkWorkerV2 hook {base:7.2f}  HarvestDSparkWorker hook {mine:7.2f}")
+
+
+if __name__ == "__main__":
+    main()
