@@ -249,6 +249,14 @@ class HarvestDSparkDraftModel(DSparkDraftModel):
         self._zero_markov_head()
         return out
 
+    def post_load_weights(self) -> None:
+        """Called by sglang's loaders that bypass ``load_weights`` (dummy, sharded state, remote; 0.5.17
+        ``model_loader/loader.py:333-339``, 0.5.23 ``:315-321``): keep the head zero there too."""
+        parent = getattr(super(), "post_load_weights", None)
+        if parent is not None:
+            parent()
+        self._zero_markov_head()
+
     def _zero_markov_head(self) -> None:
         if not self.dspark_harvest_zero_markov or self.markov_head is None:
             return

@@ -516,6 +516,12 @@ def _build_real_draft_model() -> dict:
         model.load_weights(iter((k, v.float()) for k, v in weights.items()))
         out["head_abs_sum_loaded"] = float(sum(p.abs().sum() for p in model.markov_head.parameters()))
         out["fc_abs_sum_loaded"] = float(model.fc.weight.abs().sum())
+        with torch.no_grad():  # a loader that bypasses load_weights (dummy weights) calls this instead
+            model.markov_head.markov_w2.weight.fill_(2.0)
+        from sglang.srt.model_loader import loader
+
+        getattr(loader, "post_load_weights" if SGLANG_023 else "_post_load_weights")(model)
+        out["head_abs_sum_post_load"] = float(sum(p.abs().sum() for p in model.markov_head.parameters()))
         runtime = resolve_runtime_config(
             draft_hf_config=config, speculative_num_draft_tokens=6, target_vocab_size=256
         )
@@ -559,6 +565,7 @@ def test_the_real_dspark_draft_model_serves_a_no_markov_checkpoint_named_like_df
     assert out["head"] == ["VanillaMarkov", 1]
     assert out["head_abs_sum_init"] == 0.0
     assert out["head_abs_sum_loaded"] == 0.0  # re-zeroed after sglang's loader
+    assert out["head_abs_sum_post_load"] == 0.0  # sglang's post-load hook for loaders without load_weights
     assert out["fc_abs_sum_loaded"] == 0.0  # the backbone really was loaded (fixture weights are zeros)
     assert out["runtime"] == [geometry.gamma, geometry.verify_window, 255]
     rows = list(geometry.harvested_rows)
