@@ -489,13 +489,15 @@ def plot(report: dict[str, Any], path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
+    colors: dict[str, str] = {}  # one colour per drafter, so its two harvests pair up
     for r in report["runs"]:
+        color = colors.setdefault(r["drafter"], f"C{len(colors)}")
         xs = range(1, len(r["per_position"]) + 1)
         label = (
             f"{r['drafter']} ({r['drafter_strategy'] or '?'}) / {r['harvest']} harvest: "
             f"accept {r['accept_length']:.2f}"
         )
-        ax.plot(xs, r["per_position"], "-o" if r["matched"] else "--x", label=label)
+        ax.plot(xs, r["per_position"], "-o" if r["matched"] else "--x", color=color, label=label)
     ax.set_xlabel("draft position j (draft j predicts anchor + j)")
     ax.set_ylabel("acceptance rate")
     ax.set_ylim(0, 1.02)

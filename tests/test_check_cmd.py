@@ -112,8 +112,9 @@ def test_check_on_local_checkpoints_recommends_a_harvest(
         assert_run_shape(run, EMBEDDED.block_size)
         assert run["drafter_strategy"] == "dspark"
     (rec,) = report["recommendations"]
-    best = max(report["runs"], key=lambda r: r["accept_length"])
-    assert rec["harvest"] == best["harvest"] == report["manifest"]["harvest"]
+    accept = {r["harvest"]: r["accept_length"] for r in report["runs"]}
+    assert accept[rec["harvest"]] == max(accept.values())  # ties go to the census
+    assert report["manifest"]["harvest"] == rec["harvest"]
     assert report["manifest"]["checkpoint"] == str(draft)
 
 

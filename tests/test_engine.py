@@ -276,12 +276,12 @@ def test_rejection_sampling_keeps_the_target_distribution() -> None:
     gen = torch.Generator().manual_seed(0)
     p = torch.tensor([[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]])
     q = torch.tensor([[0.1, 0.6, 0.3]])
-    n, counts = 20000, torch.zeros(3)
+    n, counts = 10000, torch.zeros(3)
     for _ in range(n):
         draft = torch.multinomial(q[0], 1, generator=gen)
         accepted, bonus = _rejection_sample(draft, q, p, gen)
         counts[int(draft) if accepted == 1 else bonus] += 1
-    torch.testing.assert_close(counts / n, p[0], atol=0.015, rtol=0)
+    torch.testing.assert_close(counts / n, p[0], atol=0.02, rtol=0)  # 4 standard deviations
 
 
 def test_sampled_generation_runs_and_is_seeded(target) -> None:  # noqa: ANN001
