@@ -174,3 +174,111 @@ def test_server_accept_length_shapes() -> None:
     assert gv.server_accept_length({"internal_states": [{"avg_spec_accept_length": 2.5}]}) == 2.5
     assert gv.server_accept_length({"avg_spec_accept_length": 3}) == 3.0
     assert gv.server_accept_length({"internal_states": [{}]}) is None
+
+
+# -- the whole orchestration against a stand-in server ---------------------------------------------
+# No GPU here, so a small HTTP server stands in for `python -m sglang.launch_server`: it serves
+# /health, /generate and /get_server_info, resolves the harvest with the plugin's real served() and
+# logs through the real AcceptTelemetry. Matched harvest: 2 drafts accepted per round; mismatched: 0.
+FAKE_SERVER = r'''
+import json, logging, os, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
+from sglang_dspark_plugin.census import census
+from sglang_dspark_plugin.harvest import DsparkHarvest
+from sglang_dspark_plugin.sglang_plugin.resolution import describe, served
+from sglang_dspark_plugin.telemetry import AcceptTelemetry, TelemetrySettings
+
+logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", stream=sys.stdout)
+argv = sys.argv[1:]
+opt = lambda name: argv[argv.index(name) + 1] if name in argv else None
+algo, draft, port = opt("--speculative-algorithm"), opt("--speculative-draft-model-path"), int(opt("--port"))
+state = {"accepted": 0, "rounds": 0}
+telemetry, accept = None, None
+if algo is not None:
+    trained = DsparkHarvest.explain(census(draft), environ={}).harvest
+    if algo == "DSPARK_HARVEST":
+        s = served(SimpleNamespace(speculative_draft_model_path=draft))
+        print(describe(s), flush=True)
+        arm = s.resolution.harvest
+        telemetry = AcceptTelemetry(s.geometry.gamma, arm, s.resolution.source,
+                                    settings=TelemetrySettings.from_env())
+    else:
+        arm = DsparkHarvest.DFLASH if algo == "DFLASH" else DsparkHarvest.DSPARK
+    accept = 2 if arm is trained else 0
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+    def reply(self, obj):
+        body = json.dumps(obj).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def do_GET(self):
+        if self.path == "/get_server_info":
+            avg = None if accept is None else 1 + state["accepted"] / max(state["rounds"], 1)
+            return self.reply({"internal_states": [{"avg_spec_accept_length": avg}]})
+        return self.reply({})
+    def do_POST(self):
+        req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        meta = {}
+        if accept is not None:
+            for _ in range(10):
+                state["rounds"] += 1; state["accepted"] += accept
+                if telemetry is not None:
+                    telemetry.on_verify_complete([accept])
+            meta["spec_accept_length"] = 1.0 + accept
+        self.reply({"text": "out:" + req["text"][::-1], "meta_info": meta})
+
+ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+'''
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("name", ["zlab_dflash", "specforge_dspark"])
+def test_full_run_against_a_stand_in_server(name: str, tmp_path: Path) -> None:
+    import json
+    import os
+
+    draft = write_checkpoint(tmp_path, name)
+    server = tmp_path / "fake_server.py"
+    server.write_text(FAKE_SERVER)
+    fake_python = tmp_path / "fakepython"
+    run_server = f"{shlex.quote(sys.executable)} {shlex.quote(str(server))}"
+    fake_python.write_text(f'#!/bin/sh\nshift 2  # drop "-m sglang.launch_server"\nexec {run_server} "$@"\n')
+    os.chmod(fake_python, 0o755)
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("first prompt\n\n" + json.dumps({"prompt": "second prompt"}) + "\n")
+    out = tmp_path / "report.json"
+    argv = [
+        "--model-path", "t", "--draft", str(draft), "--python", str(fake_python), "--port", str(_free_port()),
+        "--prompts", str(prompts), "--workdir", str(tmp_path / "runs"), "--out", str(out),
+        "--alarm-warmup", "2", "--alarm-window", "5", "--startup-timeout", "120",
+    ]  # fmt: skip
+    code = gv.main(argv)
+    report = json.loads(out.read_text())
+    arm = FIXTURES[name].expect
+    assert report["census_arm"] == arm and report["prompts"] == 2
+    checks = report["checks"]
+    rows = {row["run"]: row for row in report["accept_lengths"]}
+    assert rows["plugin-auto"]["harvest"] == arm
+    assert rows[f"plugin-{arm}"]["plugin_log_accept_len"] == pytest.approx(3.0)
+    assert rows[f"plugin-{arm}"]["server_info_accept_len"] == pytest.approx(3.0)
+    wrong = "dspark" if arm == "dflash" else "dflash"
+    assert rows[f"plugin-{wrong}"]["plugin_log_accept_len"] == pytest.approx(1.0)
+    assert rows[f"plugin-{wrong}"]["plugin_log_rounds"] == 20
+    assert rows["baseline"]["server_info_accept_len"] is None
+    assert checks["alarm_on_forced_wrong_arm"]["ok"] is True
+    assert checks["auto_resolves_census_arm"]["ok"] is True
+    assert all(checks[f"exact[{r}]"]["ok"] for r in rows if r != "baseline")
+    # the stand-in's builtin DFLASH accepts only when the checkpoint is mask-fill, like the real one
+    assert checks["dflash_arm_identical_to_builtin_DFLASH"]["ok"] is True
+    assert code == 0
+    assert (tmp_path / "runs" / "plugin-auto.log").read_text().count("DSPARK_HARVEST: harvest=") == 1
