@@ -154,3 +154,8 @@ def test_check_refuses_a_drafter_for_another_target(
 def test_check_refuses_a_missing_target(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     error = _refusal(capsys, "--target", str(tmp_path), "--draft", str(EMBEDDED.drafters["dflash"]))
     assert error["kind"] == "invalid" and "config.json" in error["message"]
+
+
+def test_check_refuses_an_unknown_device(capsys: pytest.CaptureFixture[str]) -> None:
+    error = _refusal(capsys, "--device", "abacus")
+    assert error["kind"] == "invalid" and "abacus" in error["message"] and "--device" in error["message"]
