@@ -461,6 +461,17 @@ def format_report(report: dict[str, Any]) -> str:
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    if not all(r["exact_match"] for r in report["runs"]):
+        lines += ["", "NOT EXACT: a speculative output differs from the target's own greedy output."]
+        if s["dtype"] != "float32":
+            lines.append(
+                f"  In {s['dtype']} a several-row verify and a one-row decoding step round differently, "
+                "so near-ties can flip; rerun with --dtype float32 to check exactness."
+            )
+        else:
+            lines.append(
+                "  In float32 this is a bug in the reference engine; please report it with this output."
+            )
     lines += [
         "",
         "offset probe (drafts compared with the target's tokens at their own position and both neighbours):",
