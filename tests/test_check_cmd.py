@@ -159,3 +159,42 @@ def test_check_refuses_a_missing_target(capsys: pytest.CaptureFixture[str], tmp_
 def test_check_refuses_an_unknown_device(capsys: pytest.CaptureFixture[str]) -> None:
     error = _refusal(capsys, "--device", "abacus")
     assert error["kind"] == "invalid" and "abacus" in error["message"] and "--device" in error["message"]
+
+
+def test_a_non_exact_run_exits_1_and_says_why(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sglang_dspark_plugin import check_cmd
+
+    run = {
+        "drafter": "d",
+        "drafter_strategy": "dflash",
+        "harvest": "dflash",
+        "matched": True,
+        "accept_length": 2.0,
+        "per_position": [0.6, 0.4],
+        "exact_match": False,
+        "tokens_per_s": 10.0,
+        "probe_verdict": "aligned",
+    }
+    report = {
+        "runs": [run],
+        "ar_tokens_per_s": 5.0,
+        "probes": [],
+        "recommendations": [],
+        "settings": {
+            "target": "t",
+            "embedded": False,
+            "device": "cpu",
+            "dtype": "bfloat16",
+            "prompts": 1,
+            "max_new_tokens": 4,
+            "threads": 1,
+            "wall_s": 0.1,
+        },
+    }
+    monkeypatch.setattr(check_cmd, "check", lambda args: report)
+    assert main(["check", "--no-progress"]) == 1
+    out = capsys.readouterr().out
+    assert "NOT EXACT" in out and "--dtype float32" in out
+    assert "2.00x" in out  # speedup = 10 / 5 tokens/s
