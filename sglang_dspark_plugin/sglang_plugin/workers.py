@@ -55,6 +55,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -108,7 +109,9 @@ WORKER_CONTRACT: list[tuple[str, str, tuple[str, ...] | None]] = [
     ("sglang.srt.models.dspark", "DSparkDraftModel.__init__", ("config", "quant_config", "prefix")),
     ("sglang.srt.models.dspark", "DSparkDraftModel.load_weights", ("weights",)),
     ("sglang.srt.models.dspark", "VanillaMarkov.__init__", ("vocab_size", "markov_rank")),
+    ("sglang.srt.models.dflash", "DFlashDraftModel", None),
     ("sglang.srt.models.registry", "ModelRegistry.models", None),
+    ("sglang.srt.model_loader.utils", "get_model_architecture", ("model_config",)),
     ("sglang.srt.models.registry", "ModelRegistry.get_supported_archs", ()),
     (
         "sglang.srt.speculative.dspark_components.dspark_config",
@@ -121,6 +124,8 @@ WORKER_CONTRACT: list[tuple[str, str, tuple[str, ...] | None]] = [
         ("draft_hf_config", "speculative_num_draft_tokens", "target_vocab_size"),
     ),
     ("sglang.srt.distributed.parallel_state", "get_tp_group", ()),
+    ("sglang.srt.plugins.hook_registry", "HookRegistry.register", ("target", "hook", "hook_type")),
+    ("sglang.srt.plugins.hook_registry", "HookType.AFTER", None),
 ]
 """Every sglang class, method and function the workers rely on (checked by the plugin's contract)."""
 
@@ -220,6 +225,70 @@ def prepare_dspark_arm_config(
             where="config.json",
         )
     return no_markov
+
+
+PARSE_HOOK_TARGET = "sglang.srt.speculative.dspark_components.dspark_config.parse_dspark_draft_config"
+"""sglang's DSpark draft-config parser; every Markov-rank refusal reads its result."""
+
+
+def register_hooks() -> None:
+    """Register the dspark arm's parse hook with sglang's ``HookRegistry`` (idempotent).
+
+    Called by ``register()``; sglang applies it at the end of ``load_plugins()``, in every process,
+    before the scheduler builds the target. The target's model runner already refuses a draft without a
+    Markov head when the algorithm is DSpark (``model_executor/model_runner_components/
+    spec_aux_hidden_state.py:155-159`` / ``:268-272``), before the draft worker exists.
+    """
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    registered = HookRegistry._hooks.get(PARSE_HOOK_TARGET, [])
+    if any(hook is _served_markov_after_parse for _, hook, _ in registered):
+        return
+    HookRegistry.register(PARSE_HOOK_TARGET, _served_markov_after_parse, HookType.AFTER)
+
+
+def _same_path(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return False
+    return os.path.normpath(os.path.expanduser(str(a))) == os.path.normpath(os.path.expanduser(str(b)))
+
+
+def _served_markov(config: Any) -> tuple[int, str] | None:
+    """(rank, head type) the dspark arm serves for this draft config, or None when it is not ours."""
+    from .resolution import ALGORITHM, published_server_args, read_arg
+
+    server_args = published_server_args()
+    if server_args is None or str(read_arg(server_args, "speculative_algorithm") or "").upper() != ALGORITHM:
+        return None
+    served = _served_for(server_args)
+    if served.resolution.harvest is not DsparkHarvest.DSPARK:
+        return None
+    name = _cfg_get(config, "_name_or_path")
+    draft = read_arg(server_args, "speculative_draft_model_path")
+    if not (_same_path(name, draft) or _same_path(name, served.cfg.path)):
+        return None
+    rank = int(served.cfg.markov_rank or 0)
+    if rank == 0:
+        return 1, "vanilla"  # the zero head of HarvestDSparkDraftModel
+    head_type = _declared_head_type(config)
+    return None if head_type is None else (rank, head_type)
+
+
+def _served_markov_after_parse(result: Any, *args: Any, **kwargs: Any) -> Any:
+    """AFTER hook: sglang's parse reports the Markov head the dspark arm serves for its draft.
+
+    Only for the draft of a ``DSPARK_HARVEST`` server in the dspark arm (matched by path); any other
+    config, algorithm or arm gets sglang's own result (``None`` = unchanged). The head it reports is the
+    one ``HarvestDSparkDraftModel`` builds: rank 1 zeroed when the checkpoint has none, else the
+    census's rank (spellings such as ``dflash_config.markov_rank`` that 0.5.17 does not read).
+    """
+    config = kwargs.get("draft_hf_config", args[0] if args else None)
+    wanted = _served_markov(config)
+    if wanted is None or (result.markov_rank, result.markov_head_type) == wanted:
+        return None
+    import msgspec
+
+    return msgspec.structs.replace(result, markov_rank=wanted[0], markov_head_type=wanted[1])
 
 
 @dataclass(frozen=True)
@@ -531,6 +600,8 @@ __all__ = [
     "HarvestDFlashWorker",
     "HarvestDSparkWorker",
     "HarvestDSparkDraftModel",
+    "PARSE_HOOK_TARGET",
+    "register_hooks",
     "dflash_draft_route",
     "dspark_draft_route",
     "prepare_dspark_arm_config",

@@ -455,8 +455,23 @@ sys.modules.setdefault("vllm._custom_ops", ops)
 
 import test_workers as tw  # noqa: E402
 
-print("RESULT " + json.dumps(tw._build_real_draft_model()))
+print("RESULT " + json.dumps(getattr(tw, sys.argv[1])(*sys.argv[2:])))
 """
+
+
+def _run_in_subprocess(fn: str, *args: str) -> dict:
+    """Run ``fn(*args)`` of this module in a fresh interpreter (global sglang state stays out of pytest)."""
+    import json
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
+    proc = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", _MODEL_SCRIPT, fn, *args],
+        cwd=Path(__file__).parent, env=env, capture_output=True, text=True, timeout=600,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return json.loads(lines[-1][len("RESULT "):])
 
 
 def _init_single_process_sglang_dist() -> None:
@@ -546,17 +561,7 @@ def _build_real_draft_model() -> dict:
 
 
 def test_the_real_dspark_draft_model_serves_a_no_markov_checkpoint_named_like_dflash():
-    import json
-    import subprocess
-
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
-    proc = subprocess.run(
-        [sys.executable, "-W", "ignore", "-c", _MODEL_SCRIPT],
-        cwd=Path(__file__).parent, env=env, capture_output=True, text=True, timeout=600,
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-6000:]
-    out = json.loads(lines[-1][len("RESULT "):])
+    out = _run_in_subprocess("_build_real_draft_model")
     geometry = RoundGeometry(DsparkHarvest.DSPARK, 5)
     assert out["outside"] == out["after"] == "DFlashDraftModel"  # the route is scoped
     assert out["class"] == "HarvestDSparkDraftModel" and out["is_dspark_draft_model"]
@@ -626,3 +631,52 @@ def test_registered_factory_and_worker_init_agree_on_real_server_args(
 
         loaded = ModelRegistry.resolve_model_cls(list(served.cfg.raw["architectures"]))[0]
         assert (loaded is HarvestDSparkDraftModel) == (arm is DsparkHarvest.DSPARK)
+
+
+def _target_side_refusal_site(target_dir: str, draft: str) -> dict:
+    """Subprocess body: the plugin loaded the way sglang loads it, then the target runner's draft check."""
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.model_executor.model_runner_components import spec_aux_hidden_state as aux
+    from sglang.srt.models import dspark as dspark_models
+    from sglang.srt.plugins import load_plugins
+    from sglang.srt.runtime_context import publish
+    from sglang.srt.speculative.dspark_components import dspark_config
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+    from sglang.srt.utils.hf_transformers_utils import get_config
+
+    load_plugins()  # entry point -> register() -> HookRegistry.apply_hooks()
+    out: dict = {"hook_bound_everywhere": dspark_models.parse_dspark_draft_config
+                 is dspark_config.parse_dspark_draft_config}
+    draft_config = get_config(draft, trust_remote_code=False)
+    before = dspark_config.parse_dspark_draft_config(draft_hf_config=draft_config)
+    out["rank_before_publish"] = before.markov_rank
+    server_args = _prepared_server_args(Path(target_dir), Path(draft))
+    publish(server_args, role="scheduler")  # what sglang does in each scheduler process
+    parsed = dspark_config.parse_dspark_draft_config(draft_hf_config=draft_config)
+    out["rank_after_publish"] = [parsed.markov_rank, parsed.markov_head_type]
+    target_config = get_config(target_dir, trust_remote_code=False)
+    out["target_rank"] = dspark_config.parse_dspark_draft_config(draft_hf_config=target_config).markov_rank
+    algo = SpeculativeAlgorithm.from_string("DSPARK_HARVEST")
+    out["is_dspark"] = algo.is_dspark()
+    aux_config = aux.SpecAuxHiddenStateConfig()
+    aux._resolve_dflash_aux_hidden_state(
+        config=aux_config,
+        server_args=server_args,
+        model_config=ModelConfig.from_server_args(server_args),
+        spec_algorithm=algo,
+        is_draft_worker=False,
+    )
+    out["aux"] = [aux_config.dflash_use_aux_hidden_state, list(aux_config.dflash_target_layer_ids)]
+    return out
+
+
+def test_the_target_runners_markov_check_passes_for_the_served_no_markov_draft(target_dir, checkpoint_dir):
+    draft = write_checkpoint(checkpoint_dir, "dspark_markov_rank0")
+    out = _run_in_subprocess("_target_side_refusal_site", str(target_dir), str(draft))
+    assert out["hook_bound_everywhere"] is True
+    assert out["rank_before_publish"] == 0  # not a DSPARK_HARVEST process yet: sglang's own answer
+    assert out["rank_after_publish"] == [1, "vanilla"]  # the zero head the draft model will build
+    assert out["target_rank"] == 0  # another config (the target's) is left alone
+    assert out["is_dspark"] is True
+    # sglang's target-side check passed and selected the draft's target layers.
+    assert out["aux"] == [True, [2]]
