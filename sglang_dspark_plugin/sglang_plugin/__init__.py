@@ -82,6 +82,9 @@ def register() -> bool:
         SpeculativeAlgorithm.register(ALGORITHM, supports_overlap=True, spec_class=DsparkHarvestSpecAlgo)(
             _factory
         )
+        from . import workers
+
+        workers.register_hooks()  # applied by load_plugins(), before the scheduler builds the target
         return True
     except Exception as err:  # noqa: BLE001 - a plugin must never take sglang down
         logger.error(
