@@ -273,11 +273,11 @@ def measure(
 
     from .engine import autoregressive_generate, speculative_generate
     from .engine.probe import ProbeCounts, probe_counts, verdict
-    from .telemetry import AcceptTelemetry, TelemetrySettings
+    from .engine.spec_decode import QUIET
+    from .telemetry import AcceptTelemetry
 
-    quiet = TelemetrySettings(accept_log_level=None, summary_every=0, alarm_threshold=0)
     runs = [
-        Run(d, h, AcceptTelemetry(h.n_drafts(d.model.block_size), h, "check", settings=quiet))
+        Run(d, h, AcceptTelemetry(h.n_drafts(d.model.block_size), h, "check", settings=QUIET))
         for d in drafters
         for h in DsparkHarvest
     ]

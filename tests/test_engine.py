@@ -262,6 +262,10 @@ def test_telemetry_records_each_round(target) -> None:  # noqa: ANN001
     assert [rec.accept_lengths for rec in gen.records] == [[n] for n in gen.accept_lengths]
     assert tel.mean_accept_length() == pytest.approx(sum(gen.accept_lengths) / len(gen.rounds))
     assert tel.mean_accept_length() > 1.5
+    # without a telemetry of its own, a generation still records its rounds
+    alone = speculative_generate(target, drafter, prompt, DSPARK, 30)
+    assert alone.telemetry is not None and alone.telemetry.rounds == len(alone.rounds)
+    assert alone.telemetry.mean_accept_length() == pytest.approx(tel.mean_accept_length())
 
 
 def test_max_new_tokens_is_validated(target) -> None:  # noqa: ANN001

@@ -24,10 +24,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..harvest import DsparkHarvest
+from ..telemetry import AcceptTelemetry, TelemetrySettings
 from .probe import ProbeRound
 
+QUIET = TelemetrySettings(accept_log_level=None, summary_every=0, alarm_threshold=0)
+"""Engine telemetry records rounds for the caller and logs nothing (the check prints its own table)."""
+
 if TYPE_CHECKING:
-    from ..telemetry import AcceptTelemetry, RoundRecord
+    from ..telemetry import RoundRecord
     from .drafter import DFlashDraftModel, DraftCache
 
 
@@ -64,7 +68,8 @@ class Generation:
     tokens: list[int]  # the new tokens only, exactly max_new_tokens of them
     seconds: float
     rounds: list[RoundResult] = field(default_factory=list)
-    records: list[RoundRecord] = field(default_factory=list)
+    records: list[RoundRecord] = field(default_factory=list)  # the plugin's per-round records
+    telemetry: AcceptTelemetry | None = None  # accept length and per-position rates over the rounds
 
     @property
     def probe_rounds(self) -> list[ProbeRound]:
@@ -224,18 +229,23 @@ def speculative_generate(
     generator: torch.Generator | None = None,
     telemetry: AcceptTelemetry | None = None,
 ) -> Generation:
-    """Speculative decoding of ``max_new_tokens`` tokens after ``prompt`` (token ids)."""
+    """Speculative decoding of ``max_new_tokens`` tokens after ``prompt`` (token ids).
+
+    Each round is recorded in ``telemetry`` (a quiet one of its own when none is given), as the served
+    plugin records it; pass one telemetry to several calls to aggregate over prompts.
+    """
     _check_max_new_tokens(max_new_tokens)
+    if telemetry is None:
+        telemetry = AcceptTelemetry(harvest.n_drafts(drafter.block_size), harvest, "engine", settings=QUIET)
     start = time.perf_counter()
     state = prefill(target, drafter, prompt, temperature=temperature, generator=generator)
-    gen = Generation(prompt_len=len(prompt), tokens=[], seconds=0.0)
+    gen = Generation(prompt_len=len(prompt), tokens=[], seconds=0.0, telemetry=telemetry)
     while len(state.tokens) - len(prompt) < max_new_tokens:
         result = speculative_round(
             target, drafter, harvest, state, temperature=temperature, generator=generator
         )
         gen.rounds.append(result)
-        if telemetry is not None:
-            gen.records.append(telemetry.on_verify_complete([result.accepted]))
+        gen.records.append(telemetry.on_verify_complete([result.accepted]))
     gen.tokens = state.tokens[len(prompt) : len(prompt) + max_new_tokens]
     gen.seconds = time.perf_counter() - start
     return gen
