@@ -316,3 +316,20 @@ def test_spawned_scheduler_resolves_the_arm(target_dir: Path, checkpoint_dir: Pa
     assert result["verify_tokens_draft"] == 8  # DSPARK's draft worker runs gamma = window - 1 rows
     assert "DSparkWorkerV2" in result["worker_bases"]
     assert resolution.ALGORITHM == NAME
+
+
+def test_every_override_keeps_its_parent_signature() -> None:
+    """Each method the spec class defines has the parameter names of sglang's version of it."""
+    checked = []
+    for name, value in vars(DsparkHarvestSpecAlgo).items():
+        if not callable(value) or name.startswith("__") and name != "__init__":
+            continue
+        parent = getattr(CustomSpecAlgo, name, None) or vars(SpeculativeAlgorithm).get(name)
+        if parent is None:
+            continue  # e.g. supports_mixed_chunk / is_uno on 0.5.17: defined by neither parent there
+        ours = list(inspect.signature(value).parameters)
+        theirs = list(inspect.signature(parent).parameters)
+        assert ours == theirs, name
+        checked.append(name)
+    assert {"handle_server_args", "create_future_map", "is_dflash", "need_topk"} <= set(checked)
+    assert ("resolve_max_speculative_num_draft_tokens" in checked) is IS_0523
