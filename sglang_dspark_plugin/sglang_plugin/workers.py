@@ -38,6 +38,14 @@ Route per arm (line numbers: sglang 0.5.17 / 0.5.23, files under ``sglang/srt/``
     The checkpoint holds no ``markov_head.*`` tensor, and sglang's loader only copies the ones present
     (``models/dspark.py:405-432`` / 0.5.23 same method), so nothing else is touched. Cost: one
     rank-1 GEMV per draft step.
+  - A fourth refusal runs earlier, while the TARGET's model runner starts, before any worker exists:
+    with a DSpark algorithm it parses the draft config and requires ``markov_rank > 0``
+    (``model_executor/model_runner_components/spec_aux_hidden_state.py:147-159`` / ``:260-272``).
+    ``register_hooks`` therefore adds an AFTER hook, through sglang's own plugin ``HookRegistry``
+    (applied by ``load_plugins()`` in every process before the scheduler builds anything), on
+    ``parse_dspark_draft_config``: for the served draft of a ``DSPARK_HARVEST`` dspark-arm process only
+    (matched by path), the parse reports the head ``HarvestDSparkDraftModel`` builds (rank 1 for the
+    zero head, else the census's rank); every other config, algorithm and arm gets sglang's answer.
 
 Every rank resolves its harvest through ``resolution.served`` and compares it with the other TP ranks
 (``rank_agreement.check_rank_agreement`` over sglang's gloo ``get_tp_group().cpu_group``) before any
