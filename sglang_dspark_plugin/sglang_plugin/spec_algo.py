@@ -224,6 +224,20 @@ class DsparkHarvestSpecAlgo(CustomSpecAlgo):
             if g.harvest is DsparkHarvest.DFLASH
             else "speculative_dspark_block_size"
         )
+        for field, flag in (
+            ("speculative_num_steps", "--speculative-num-steps"),
+            ("speculative_eagle_topk", "--speculative-eagle-topk"),
+        ):
+            value = read_arg(record, field)
+            if value is not None and int(value) != 1:
+                # The builtin handlers override these with a warning too; one chain, one draft per row.
+                logger.warning(
+                    "%s (like %s) only supports %s 1; overriding %s to 1.",
+                    ALGORITHM,
+                    member.name,
+                    flag,
+                    value,
+                )
         declare_args(
             record,
             _SOURCE,

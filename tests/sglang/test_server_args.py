@@ -259,3 +259,15 @@ def test_config_files(
         assert field in options, key  # every key is a real server argument
         if field != "speculative_algorithm":
             assert getattr(view, field) == value, key
+
+
+@pytest.mark.parametrize("flag", ("--speculative-num-steps", "--speculative-eagle-topk"))
+def test_steps_and_topk_are_overridden_with_a_warning(
+    flag: str, target_dir: Path, checkpoint_dir: Path, plugin_log: PluginLog
+) -> None:
+    import logging
+
+    _, view = resolve(target_dir, write_checkpoint(checkpoint_dir, "specforge_dflash"), flag, "3")
+    assert view.speculative_num_steps == 1 and view.speculative_eagle_topk == 1
+    warnings = [w for w in plugin_log.at(logging.WARNING) if flag in w]
+    assert len(warnings) == 1 and "overriding 3 to 1" in warnings[0]
