@@ -271,3 +271,21 @@ def test_steps_and_topk_are_overridden_with_a_warning(
     assert view.speculative_num_steps == 1 and view.speculative_eagle_topk == 1
     warnings = [w for w in plugin_log.at(logging.WARNING) if flag in w]
     assert len(warnings) == 1 and "overriding 3 to 1" in warnings[0]
+
+
+def test_served_accepts_the_record_and_the_recording_stand_in(target_dir: Path, checkpoint_dir: Path) -> None:
+    record, _ = resolve(target_dir, write_checkpoint(checkpoint_dir, "specforge_dspark"))
+    first = resolution.served(record)
+    assert resolution.unwrap_record(record) is record
+    if IS_0523:
+        from sglang.srt.arg_groups.overrides import _ForeignDefaults
+
+        stand_in = _ForeignDefaults(record)  # what 0.5.23 hands a plugin's handle_server_args
+        assert resolution.unwrap_record(stand_in) is record
+        assert resolution.served(stand_in) is first
+        assert resolution.read_arg(stand_in, "speculative_num_draft_tokens") == first.geometry.verify_window
+    else:
+        assert record.speculative_num_draft_tokens == first.geometry.verify_window  # 0.5.17: set in place
+    resolution.clear_cache()
+    again = resolution.served(record)
+    assert again is not first and again.geometry == first.geometry
