@@ -13,14 +13,15 @@ Route per arm (line numbers: sglang 0.5.17 / 0.5.23, files under ``sglang/srt/``
 * ``dspark`` arm -> ``HarvestDSparkWorker(DSparkWorkerV2)``: sglang's DSPARK worker drafts gamma = b
   tokens from the gamma query rows ``[anchor, MASK x (b-1)]``, the anchor row's output being draft 1
   (0.5.17 ``speculative/dspark_components/dspark_draft.py:318-323`` and ``:369``), and verifies
-  ``[anchor, d1..d_gamma]`` (``dspark_worker_v2.py:598-600``): window gamma+1. The draft model is
-  ``HarvestDSparkDraftModel``, a subclass of sglang's ``DSparkDraftModel``, chosen for the draft
-  checkpoint's architecture name while (and only while) the worker builds its draft (``dspark_draft_route``):
+  ``[anchor, d1..d_gamma]`` (``dspark_worker_v2.py:598-600`` / ``:1105-1110``): window gamma+1.
+  The draft model is ``HarvestDSparkDraftModel``, a subclass of sglang's ``DSparkDraftModel``, chosen
+  for the draft checkpoint's architecture name while (and only while) the worker builds its draft
+  (``dspark_draft_route``):
   sglang picks the model class by ``hf_config.architectures`` through ``ModelRegistry.models``
   (``model_loader/loader.py:316`` -> ``model_loader/utils.py:195`` -> ``models/registry.py:55-59`` /
   0.5.23 ``loader.py:291``, ``utils.py:198``, ``registry.py:68``) and constructs it with
   ``config=model_config.hf_config`` (``loader.py:318`` / ``:296``), the same object the worker's
-  ``resolve_runtime_config`` reads afterwards (``dspark_worker_v2.py:120-128`` / ``:261-265``).
+  ``resolve_runtime_config`` reads afterwards (``dspark_worker_v2.py:127`` / ``:261``).
   The subclass does two things to that config, before sglang's constructor reads it:
 
   - 0.5.23 only reads ``sample_from_anchor`` (``dspark_config.py:29-31``, default True; False would
@@ -28,7 +29,8 @@ Route per arm (line numbers: sglang 0.5.17 / 0.5.23, files under ``sglang/srt/``
     set to True: the census decided the checkpoint is shifted, whatever the flag says.
   - No Markov head (``markov_rank`` 0 or absent): sglang refuses it three times (``dspark_config.py:84-88``
     / ``:95-97``; ``models/dspark.py:266-272`` / ``:385-391``; ``:368-372`` / ``:525-529``). The config
-    is given a rank-1 ``vanilla`` head and that head's two weights are set to zero after loading.
+    is given a rank-1 ``vanilla`` head whose two weights are set to zero (after construction, after
+    ``load_weights`` and in ``post_load_weights``).
     WHY THIS IS EXACT: sglang's DSPARK draft step k uses ``base_logits[:, k] + bias(prev_token)``
     (``models/dspark.py:34-64`` / ``speculative/dspark_components/dspark_draft.py:196-245``) and the
     vanilla bias is ``markov_w2(markov_w1[prev_token])`` (``models/dspark.py:85-94`` / ``:246-258``),
@@ -258,22 +260,24 @@ def register_hooks() -> None:
 def _same_path(a: Any, b: Any) -> bool:
     if a is None or b is None:
         return False
-    return os.path.normpath(os.path.expanduser(str(a))) == os.path.normpath(os.path.expanduser(str(b)))
+    return os.path.abspath(os.path.expanduser(str(a))) == os.path.abspath(os.path.expanduser(str(b)))
 
 
 def _served_markov(config: Any) -> tuple[int, str] | None:
     """(rank, head type) the dspark arm serves for this draft config, or None when it is not ours."""
     from .resolution import ALGORITHM, published_server_args, read_arg
 
+    name = _cfg_get(config, "_name_or_path")
+    if not name:
+        return None
     server_args = published_server_args()
     if server_args is None or str(read_arg(server_args, "speculative_algorithm") or "").upper() != ALGORITHM:
         return None
+    # The path first: only the served draft's own config may resolve (census) here.
+    if not _same_path(name, read_arg(server_args, "speculative_draft_model_path")):
+        return None
     served = _served_for(server_args)
     if served.resolution.harvest is not DsparkHarvest.DSPARK:
-        return None
-    name = _cfg_get(config, "_name_or_path")
-    draft = read_arg(server_args, "speculative_draft_model_path")
-    if not (_same_path(name, draft) or _same_path(name, served.cfg.path)):
         return None
     rank = int(served.cfg.markov_rank or 0)
     if rank == 0:

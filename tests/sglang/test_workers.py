@@ -680,3 +680,33 @@ def test_the_target_runners_markov_check_passes_for_the_served_no_markov_draft(t
     assert out["is_dspark"] is True
     # sglang's target-side check passed and selected the draft's target layers.
     assert out["aux"] == [True, [2]]
+
+
+def test_the_parse_hook_answers_only_for_the_served_dspark_draft(tmp_path, monkeypatch):
+    from sglang_dspark_plugin.sglang_plugin import resolution
+
+    draft = str(write_checkpoint(tmp_path, "dspark_markov_rank0"))
+    gated = str(write_checkpoint(tmp_path, "specforge_dspark"))
+    published: dict = {"args": None}
+    monkeypatch.setattr(resolution, "published_server_args", lambda: published["args"])
+    monkeypatch.setattr(resolution, "read_arg", lambda args, name: getattr(args, name))
+    monkeypatch.setattr(
+        workers, "_served_for", lambda args: _served(tmp_path, Path(args.path).name, args.env)
+    )
+
+    def answer(config_path: str, algo: str = "DSPARK_HARVEST", env: str | None = None, served: str = draft):
+        published["args"] = SimpleNamespace(
+            speculative_algorithm=algo, speculative_draft_model_path=served, path=served, env=env
+        )
+        config = PretrainedConfig(**FIXTURES[Path(config_path).name].config)
+        config._name_or_path = config_path
+        return workers._served_markov(config)
+
+    assert answer(draft) == (1, "vanilla")
+    assert answer(gated, served=gated) == (8, "gated")
+    assert answer(draft, env="dflash") is None  # the dflash arm has no Markov head to report
+    assert answer(draft, algo="DSPARK") is None  # sglang's builtin keeps sglang's answer
+    assert answer(gated, served=draft) is None  # another config than the served draft
+    published["args"] = None
+    assert workers._served_markov(PretrainedConfig(_name_or_path=draft)) is None  # nothing published
+    assert workers._served_markov(PretrainedConfig()) is None  # no path: never ours
