@@ -557,6 +557,28 @@ def _build_real_draft_model() -> dict:
         )
         out["drafts"] = drafts.long().tolist()
         out["row_tokens"] = tokens.tolist()
+
+        # A real rank-8 gated head whose keys sit in dflash_config (SpecForge): built and loaded as one.
+        gated_config = PretrainedConfig(**FIXTURES["specforge_dspark"].config)
+        gated_mc = SimpleNamespace(hf_config=gated_config, quantization=None, model_impl=ModelImpl.AUTO)
+        with dspark_draft_route(["DSparkDraftModel"], markov_rank=8, mask_token_id=255):
+            gated = get_model_architecture(gated_mc)[0](config=gated_config, quant_config=None)
+        with torch.no_grad():
+            gated.markov_head.markov_w1.weight.fill_(3.0)
+        gated_ckpt = write_checkpoint(tempfile.mkdtemp(), "specforge_dspark")
+        gated.load_weights(
+            (k, v.float()) for k, v in load_file(str(gated_ckpt / "model.safetensors")).items()
+        )
+        out["gated"] = [type(gated.markov_head).__name__, int(gated.markov_head.markov_rank),
+                        bool(gated.dspark_harvest_zero_markov),
+                        float(gated.markov_head.markov_w1.weight.abs().sum())]
+
+        # The dflash arm: a DSpark-named drafter without a Markov head loads sglang's DFlashDraftModel.
+        plain_config = PretrainedConfig(**FIXTURES["dspark_markov_rank0"].config)
+        plain_mc = SimpleNamespace(hf_config=plain_config, quantization=None, model_impl=ModelImpl.AUTO)
+        with workers.dflash_draft_route(["DSparkDraftModel"], markov_rank=0):
+            plain = get_model_architecture(plain_mc)[0](config=plain_config, quant_config=None)
+        out["dflash_arm_class"] = type(plain).__name__
     return out
 
 
@@ -575,6 +597,9 @@ def test_the_real_dspark_draft_model_serves_a_no_markov_checkpoint_named_like_df
     assert out["runtime"] == [geometry.gamma, geometry.verify_window, 255]
     rows = list(geometry.harvested_rows)
     assert out["drafts"] == [[row[r] for r in rows] for row in out["row_tokens"]]
+    # The checkpoint's real gated head: rank 8, not zeroed, its weights loaded (the fixture's are zeros).
+    assert out["gated"] == ["GatedMarkovHead", 8, False, 0.0]
+    assert out["dflash_arm_class"] == "DFlashDraftModel"
 
 
 # ------------------------------------------------------------------ through the registered algorithm
