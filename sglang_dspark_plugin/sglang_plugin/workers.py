@@ -237,6 +237,23 @@ def prepare_dspark_arm_config(
     return no_markov
 
 
+def served_markov_rank(cfg: Any) -> int:
+    """The Markov rank the dspark arm serves for a census ``cfg``: the census's, else sglang's reading.
+
+    The census reads spellings sglang does not (``dflash_config.markov_rank`` on 0.5.17); where it
+    found none, sglang's own parse of the raw config decides (a plain dict carries no path, so the
+    parse hook leaves it alone). 0 means no Markov head: the zero rank-1 head is served.
+    """
+    if cfg.markov_rank is not None:
+        return int(cfg.markov_rank)
+    try:
+        return int(parse_dspark_draft_config(draft_hf_config=dict(cfg.raw)).markov_rank)
+    except ValueError as exc:
+        raise InvalidCheckpointError(
+            f"sglang cannot read {cfg.path}/config.json as a DSpark draft: {exc}", where="config.json"
+        ) from exc
+
+
 PARSE_HOOK_TARGET = "sglang.srt.speculative.dspark_components.dspark_config.parse_dspark_draft_config"
 """sglang's DSpark draft-config parser; every Markov-rank refusal reads its result."""
 
@@ -279,7 +296,7 @@ def _served_markov(config: Any) -> tuple[int, str] | None:
     served = _served_for(server_args)
     if served.resolution.harvest is not DsparkHarvest.DSPARK:
         return None
-    rank = int(served.cfg.markov_rank or 0)
+    rank = served_markov_rank(served.cfg)
     if rank == 0:
         return 1, "vanilla"  # the zero head of HarvestDSparkDraftModel
     head_type = _declared_head_type(config)
@@ -563,7 +580,7 @@ class HarvestDSparkWorker(_HarvestWorkerMixin, DSparkWorkerV2):
                 where=f"{cfg.path}/config.json: mask_token_id",
             )
         return dspark_draft_route(
-            _architectures(cfg), markov_rank=cfg.markov_rank, mask_token_id=cfg.mask_token_id
+            _architectures(cfg), markov_rank=served_markov_rank(cfg), mask_token_id=cfg.mask_token_id
         )
 
     if _DSPARK_TAKES_PS:
@@ -614,6 +631,7 @@ __all__ = [
     "HarvestDSparkDraftModel",
     "PARSE_HOOK_TARGET",
     "register_hooks",
+    "served_markov_rank",
     "dflash_draft_route",
     "dspark_draft_route",
     "prepare_dspark_arm_config",

@@ -272,6 +272,20 @@ def test_a_real_markov_head_is_kept_even_where_sglang_does_not_read_its_spelling
     assert build_markov_head(config).markov_rank == 8
 
 
+def test_served_markov_rank_is_the_census_else_sglangs_own_reading(tmp_path):
+    from sglang_dspark_plugin.sglang_plugin.workers import served_markov_rank
+
+    assert served_markov_rank(_served(tmp_path, "specforge_dspark").cfg) == 8  # dflash_config spelling
+    assert served_markov_rank(_served(tmp_path, "dspark_markov_rank0").cfg) == 0
+    null_rank = _served(tmp_path, "gemma4_dspark_null_rank").cfg  # markov_rank: null, no weights
+    assert null_rank.markov_rank is None and served_markov_rank(null_rank) == 0
+    text_only = null_rank.__class__(
+        **{**null_rank.__dict__, "raw": {**null_rank.raw, "text_config": {"markov_rank": 6}}}
+    )  # a spelling only sglang reads: its reading decides, and it needs the head type it demands
+    with pytest.raises(InvalidCheckpointError, match="markov_head_type"):
+        served_markov_rank(text_only)
+
+
 def test_markov_keys_in_dspark_config_are_rewritten_too():
     config = PretrainedConfig(
         **{**FIXTURES["qwen3_dspark_model"].config, "markov_rank": 0, "dspark_config": {"markov_rank": 0}}
