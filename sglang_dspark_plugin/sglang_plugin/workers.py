@@ -548,7 +548,10 @@ class HarvestDFlashWorker(_HarvestWorkerMixin, DFlashWorkerV2):
 
     def _dflash_route(self, server_args: Any) -> contextlib.AbstractContextManager[None]:
         cfg = self._dspark_harvest_init(server_args).cfg
-        return dflash_draft_route(_architectures(cfg), markov_rank=cfg.markov_rank)
+        architectures = _architectures(cfg)
+        if not any(a in DSPARK_ARCHITECTURES for a in architectures):
+            return contextlib.nullcontext()
+        return dflash_draft_route(architectures, markov_rank=served_markov_rank(cfg))
 
     if _DFLASH_TAKES_PS:
 
