@@ -1,0 +1,66 @@
+"""scripts/bench_check.py grades a `check --json` report against the issue's targets."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_check.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_check"] = module  # dataclasses look their module up while being built
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(strategy: str, harvest: str, accept: float, tps: float, exact: bool = True) -> dict:
+    return {
+        "drafter": strategy, "drafter_strategy": strategy, "harvest": harvest, "matched": strategy == harvest,
+        "accept_length": accept, "per_position": [], "exact_match": exact, "tokens_per_s": tps,
+        "probe_verdict": "aligned",
+    }
+
+
+def _report(**over) -> dict:
+    runs = {
+        ("dflash", "dflash"): _run("dflash", "dflash", 3.0, 200.0),
+        ("dflash", "dspark"): _run("dflash", "dspark", 1.2, 80.0),
+        ("dspark", "dflash"): _run("dspark", "dflash", 1.1, 80.0),
+        ("dspark", "dspark"): _run("dspark", "dspark", 3.2, 180.0),
+    }
+    for key, run in over.items():
+        runs[tuple(key.split("_"))] = run
+    return {"runs": list(runs.values()), "ar_tokens_per_s": 100.0, "manifest": {}}
+
+
+def test_all_targets_pass_on_a_good_report():
+    results = _bench().grade(_report())
+    assert len(results) == 7 and all(t.ok for t in results)
+
+
+def test_each_target_can_miss():
+    bench = _bench()
+    cases = {
+        "dflash: matched accept >= 2.0x mismatched": _run("dflash", "dspark", 1.6, 80.0),
+        "dspark: matched accept >= 2.5": _run("dspark", "dspark", 2.4, 180.0),
+        "dspark: matched tokens/s >= 1.5x autoregressive": _run("dspark", "dspark", 3.2, 140.0),
+        "exact_match in all 4 runs": _run("dflash", "dspark", 1.2, 80.0, exact=False),
+    }
+    keys = {"dflash: matched": "dflash_dspark", "dspark: matched": "dspark_dspark", "exact": "dflash_dspark"}
+    for name, run in cases.items():
+        key = next(v for k, v in keys.items() if name.startswith(k))
+        missed = [t.name for t in bench.grade(_report(**{key: run})) if not t.ok]
+        assert missed == [name], (name, missed)
+
+
+def test_from_json_prints_pass_and_miss(tmp_path, capsys):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(_report(dspark_dspark=_run("dspark", "dspark", 2.4, 180.0))))
+    assert _bench().main(["--from-json", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "MISS  dspark: matched accept >= 2.5" in out and "PASS  dflash: matched accept >= 2.5" in out
