@@ -182,7 +182,15 @@ class DraftLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, x, context, rope_ctx, rope_blk, cache, attention_mask) -> torch.Tensor:  # noqa: ANN001
+    def forward(
+        self,
+        x: torch.Tensor,
+        context: torch.Tensor,
+        rope_ctx: tuple[torch.Tensor, torch.Tensor],
+        rope_blk: tuple[torch.Tensor, torch.Tensor],
+        cache: DraftCache | None,
+        attention_mask: torch.Tensor | None,
+    ) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), context, rope_ctx, rope_blk, cache, attention_mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
