@@ -749,3 +749,45 @@ def test_the_parse_hook_answers_only_for_the_served_dspark_draft(tmp_path, monke
     published["args"] = None
     assert workers._served_markov(PretrainedConfig(_name_or_path=draft)) is None  # nothing published
     assert workers._served_markov(PretrainedConfig()) is None  # no path: never ours
+
+
+@pytest.mark.parametrize(
+    ("fixture", "cls", "parent", "arch", "loaded"),
+    [
+        (
+            "dspark_markov_rank0", HarvestDSparkWorker, DSparkWorkerV2, "DSparkDraftModel",
+            "HarvestDSparkDraftModel",
+        ),
+        ("zlab_dflash", HarvestDFlashWorker, DFlashWorkerV2, "DFlashDraftModel", "DFlashDraftModel"),
+    ],
+    ids=["dspark", "dflash"],
+)
+def test_worker_init_checks_ranks_then_builds_its_parent_inside_the_route(
+    fixture, cls, parent, arch, loaded, target_dir, checkpoint_dir, monkeypatch
+):
+    from sglang.srt.models.registry import ModelRegistry
+
+    from sglang_dspark_plugin.sglang_plugin import register
+
+    assert register() is True
+    server_args = _prepared_server_args(target_dir, write_checkpoint(checkpoint_dir, fixture))
+    calls: list = []
+    monkeypatch.setattr(workers, "_tp_cpu_group", lambda: calls.append("rank agreement") or (None, 0))
+
+    parent_signature = inspect.signature(parent.__init__)
+
+    def parent_init(self, *args, **kwargs):  # stands in for the GPU build; records what it would see
+        bound = parent_signature.bind(self, *args, **kwargs)  # the real parent would accept the call
+        bound.apply_defaults()
+        seen = ModelRegistry.resolve_model_cls([arch])[0].__name__
+        calls.append(("parent", sorted(bound.arguments), bound.arguments["server_args"] is server_args, seen))
+
+    monkeypatch.setattr(parent, "__init__", parent_init)
+    kwargs = {"server_args": server_args, "gpu_id": 0, "nccl_port": 0, "target_worker": None}
+    if "ps" in inspect.signature(cls.__init__).parameters:
+        kwargs["ps"] = None
+    worker = cls(**kwargs)
+    assert calls == ["rank agreement", ("parent", sorted(parent_signature.parameters), True, loaded)]
+    assert ModelRegistry.resolve_model_cls([arch])[0].__name__ == arch  # restored after the build
+    assert worker.dspark_telemetry is not None
+    assert worker.dspark_served.resolution.harvest is cls.dspark_harvest
