@@ -21,21 +21,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    from . import inspect_cmd
+    from . import check_cmd, doctor_cmd, inspect_cmd
 
-    inspect_cmd.add_parser(sub)
-    try:
-        from . import check_cmd
-    except ImportError:  # pragma: no cover - the reference engine lands separately
-        check_cmd = None
-    if check_cmd is not None:
-        check_cmd.add_parser(sub)
-    try:
-        from . import doctor_cmd
-    except ImportError:  # pragma: no cover - the sglang glue lands separately
-        doctor_cmd = None
-    if doctor_cmd is not None:
-        doctor_cmd.add_parser(sub)
+    for command in (inspect_cmd, check_cmd, doctor_cmd):
+        command.add_parser(sub)
     return parser
 
 
