@@ -588,10 +588,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         if args.plot:
             plot(report, args.plot)
     except DsparkHarvestError as exc:
-        if args.json:
-            print(json.dumps({"error": exc.to_json()}, indent=2), file=out)
-        else:
-            print(f"dspark-harvest check: refused ({exc.kind}): {exc.message}", file=out)
+        print(exc.render("check", as_json=args.json), file=out)
         return EXIT_REFUSED
     if args.json:
         print(json.dumps(report, indent=2, default=str), file=out)

@@ -6,6 +6,8 @@ and a message that names what was wrong, where, and how to fix it.
 
 from __future__ import annotations
 
+import json
+
 
 class DsparkHarvestError(Exception):
     """Base class of every refusal raised by this package."""
@@ -23,6 +25,12 @@ class DsparkHarvestError(Exception):
         if self.where:
             out["where"] = self.where
         return out
+
+    def render(self, command: str, *, as_json: bool) -> str:
+        """How ``dspark-harvest COMMAND`` prints this refusal: a JSON error object, or one line."""
+        if as_json:
+            return json.dumps({"error": self.to_json()}, indent=2)
+        return f"dspark-harvest {command}: refused ({self.kind}): {self.message}"
 
 
 class HarvestEnvError(DsparkHarvestError, ValueError):
