@@ -31,7 +31,8 @@ make_env() {  # name, requirement...
     echo "$stamp" > "$dir/.stamp"
   fi
   # The checkout itself: editable, so the entry points point here. Dependencies are already in place.
-  "$dir/bin/python" -m pip install -q --no-deps -e . >/dev/null
+  "$dir/bin/python" -m pip install -q --no-deps -e . >"$dir/.editable.log" 2>&1 \
+    || { cat "$dir/.editable.log" >&2; echo "[setup] installing this checkout into $name failed" >&2; exit 1; }
   echo "[setup] $name ready: $("$dir/bin/python" -c 'import sys; print(sys.version.split()[0])')"
 }
 
