@@ -314,9 +314,6 @@ class _Census:
 
     # helpers ------------------------------------------------------------------------------------
 
-    def _where(self, key: str) -> str:
-        return f"{CONFIG}:{key}"
-
     def _invalid(self, key: str, value: Any, expected: str, fix: str) -> InvalidCheckpointError:
         return InvalidCheckpointError(
             f"{self.config_file}: {key} = {_short(value)} but {expected}; {fix}",
@@ -347,7 +344,17 @@ class _Census:
         return found
 
     def _signal(self, key: str, value: Any, tier: int, vote: str | None, note: str = "") -> None:
-        self.evidence.append(Signal(self._where(key), _jsonable(value), tier, vote, note))
+        self.evidence.append(Signal(f"{CONFIG}:{key}", _jsonable(value), tier, vote, note))
+
+    def _agreed(self, values: dict[str, Any], what: str, fix: str) -> tuple[str, Any] | None:
+        """The first (key, value) of spellings that must all say the same; None when none is present."""
+        if len(set(values.values())) > 1:
+            listed = "; ".join(f"{k}={list(v) if isinstance(v, tuple) else v}" for k, v in values.items())
+            raise InvalidCheckpointError(
+                f"{self.config_file}: the {what} disagree ({listed}); {fix}",
+                where=f"{self.config_file}:{next(iter(values))}",
+            )
+        return next(iter(values.items()), None)
 
     def _int(self, key: str, value: Any, *, minimum: int | None, what: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -399,23 +406,23 @@ class _Census:
             *self._lookups("block_size", (("speculators_config",), ("transformer_layer_config",))),
             *self._lookups("dspark_block_size", ((),)),
         ]
-        sources = [(key, value) for key, value in sources if value is not None]  # null: not given
-        if not sources:
+        values = {  # null: not given
+            key: self._int(key, value, minimum=None, what="a block size")
+            for key, value in sources
+            if value is not None
+        }
+        agreed = self._agreed(
+            values, "block sizes", "keep one value, the width the drafter was trained with."
+        )
+        if agreed is None:
             raise InvalidCheckpointError(
                 f"{self.config_file}: no block size (looked for block_size, dflash_config.block_size, "
-                "dspark_block_size, dspark_config.block_size, transformer_layer_config.block_size); "
+                "dspark_block_size, dspark_config.block_size, speculators_config.block_size, "
+                "transformer_layer_config.block_size); "
                 "add the width the drafter was trained with as block_size.",
                 where=f"{self.config_file}:block_size",
             )
-        values = {key: self._int(key, value, minimum=None, what="a block size") for key, value in sources}
-        if len(set(values.values())) > 1:
-            listed = ", ".join(f"{k}={v}" for k, v in values.items())
-            raise InvalidCheckpointError(
-                f"{self.config_file}: the block sizes disagree ({listed}); keep one value, the width "
-                "the drafter was trained with.",
-                where=f"{self.config_file}:{next(iter(values))}",
-            )
-        key, b = next(iter(values.items()))
+        key, b = agreed
         if b < 2:
             raise self._invalid(
                 key,
@@ -559,7 +566,7 @@ class _Census:
                 self._signal(key, value, TIER_INFO, None, "not a DSpark projector: no vote")
         markov_rank = self._markov_rank()
         self._weights()
-        self._shift_label(architecture)
+        self._shift_label()
         return markov_rank
 
     def _refuse_domino(self, architecture: str | None) -> None:
@@ -581,10 +588,10 @@ class _Census:
             )
 
     def _speculators_type(self) -> str | None:
-        if "speculators_model_type" not in self.config or self.config["speculators_model_type"] is None:
-            return None
-        value = self.config["speculators_model_type"]
         key = "speculators_model_type"
+        value = self.config.get(key)
+        if value is None:
+            return None
         if not isinstance(value, str):
             raise self._invalid(key, value, "it must be a string", f"fix {key}.")
         vote = SPECULATORS_TYPES.get(value.lower())
@@ -642,7 +649,7 @@ class _Census:
                     )
                 )
 
-    def _shift_label(self, architecture: str | None) -> None:
+    def _shift_label(self) -> None:
         for key, value in self._lookups("shift_label", ((), ("dflash_config",))):
             self._signal(
                 key,
@@ -676,15 +683,10 @@ class _Census:
             *self._lookups("dspark_noise_token_id", ((),)),
         ]
         values = {k: self._int(k, v, minimum=0, what="a token id") for k, v in found if v is not None}
-        if len(set(values.values())) > 1:
-            listed = ", ".join(f"{k}={v}" for k, v in values.items())
-            raise InvalidCheckpointError(
-                f"{self.config_file}: the mask token ids disagree ({listed}); keep the one used in training.",
-                where=f"{self.config_file}:{next(iter(values))}",
-            )
-        if not values:
+        agreed = self._agreed(values, "mask token ids", "keep the one used in training.")
+        if agreed is None:
             return None
-        key, mask = next(iter(values.items()))
+        key, mask = agreed
         if vocab_size is not None and mask >= vocab_size:
             raise self._invalid(
                 key,
@@ -722,15 +724,8 @@ class _Census:
                             f"the target has {num_target_layers} layers (num_target_layers)",
                             "use layer indices 0..num_target_layers-1.",
                         )
-        if len(set(parsed.values())) > 1:
-            listed = "; ".join(f"{k}={list(v)}" for k, v in parsed.items())
-            raise InvalidCheckpointError(
-                f"{self.config_file}: the target layer ids disagree ({listed}); keep the ones used in "
-                "training.",
-                where=f"{self.config_file}:{next(iter(parsed))}",
-            )
-        ids = next(iter(parsed.values()), None)
-        return num_target_layers, ids
+        agreed = self._agreed(parsed, "target layer ids", "keep the ones used in training.")
+        return num_target_layers, None if agreed is None else agreed[1]
 
     # the tier rule ------------------------------------------------------------------------------
 
