@@ -14,15 +14,17 @@ harvest is the business of ``DsparkHarvest``, not of the model.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..errors import InvalidCheckpointError, UnsupportedCheckpointError
+
+if TYPE_CHECKING:
+    from ..draft_config import DflashCfg
 
 WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -52,9 +54,6 @@ class DraftCache:
             v = torch.cat([self.values[layer], v], dim=2)
         self.keys[layer], self.values[layer] = k, v
         return k, v
-
-    def get(self, layer: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        return self.keys[layer], self.values[layer]
 
     def crop(self, length: int) -> None:
         """Keep the first ``length`` context positions (rolls back context that was not committed)."""
@@ -311,19 +310,25 @@ def _read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
 
 
 def load_drafter(
-    path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+    path: str | Path,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+    *,
+    cfg: DflashCfg | None = None,
 ) -> DFlashDraftModel:
     """Load a z-lab or SpecForge format drafter (config.json + model.safetensors).
 
-    The config is read through the checkpoint census; the weight names are checked strictly: missing
-    or unexpected keys raise ``InvalidCheckpointError`` listing them, a Markov head raises
-    ``UnsupportedCheckpointError`` (the reference engine drafts greedily from ``lm_head`` only).
+    The config is read through the checkpoint census (pass ``cfg`` when the caller has already taken
+    it); the weight names are checked strictly: missing or unexpected keys raise
+    ``InvalidCheckpointError`` listing them, a Markov head raises ``UnsupportedCheckpointError`` (the
+    reference engine drafts greedily from ``lm_head`` only).
     """
-    from ..census import census
+    if cfg is None:
+        from ..census import census
 
-    cfg = census(str(path))
+        cfg = census(str(path))
     folder = Path(cfg.path)
-    raw = dict(cfg.raw) if cfg.raw else json.loads((folder / "config.json").read_text())
+    raw = dict(cfg.raw)
     dcfg = dict(raw.get("dflash_config") or {})
     dcfg["block_size"] = cfg.block_size
     if cfg.target_layer_ids is not None:
@@ -379,9 +384,4 @@ def load_drafter(
     return model.to(device=device, dtype=dtype).eval()
 
 
-def count_parameters(model: nn.Module) -> int:
-    """Number of parameters (reporting helper)."""
-    return sum(math.prod(p.shape) for p in model.parameters())
-
-
-__all__ = ["DraftCache", "DFlashDraftModel", "new_draft_model", "load_drafter", "count_parameters"]
+__all__ = ["DraftCache", "DFlashDraftModel", "new_draft_model", "load_drafter"]
