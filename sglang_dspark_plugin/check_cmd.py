@@ -41,12 +41,6 @@ DTYPES = ("float32", "bfloat16", "float16")
 # The issue-4 targets, printed (never asserted on timing in tests).
 TARGET_RATIO, TARGET_MATCHED, TARGET_SPEEDUP = 2.0, 2.5, 1.5
 
-SHORT_VERDICTS = {
-    "aligned": "aligned",
-    "inconclusive": "inconclusive",
-    "drafts one position late: the drafter looks shifted (dspark)": "late: looks dspark",
-    "drafts one position early: the drafter looks mask-fill (dflash)": "early: looks dflash",
-}
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -163,15 +157,13 @@ def load_target(path: str | Path, device: torch.device, dtype: torch.dtype) -> t
 
 
 def load_drafter_for(
-    name: str, path: str | Path, target: Any, tokenizer: Any, device: torch.device, dtype: torch.dtype
+    name: str, cfg: DflashCfg, target: Any, tokenizer: Any, device: torch.device, dtype: torch.dtype
 ) -> Drafter:
-    """Census + load one drafter and check that it fits the target; typed errors otherwise."""
-    from .census import census
+    """Load one drafter from its census and check that it fits the target; typed errors otherwise."""
     from .engine.drafter import load_drafter
 
-    cfg = census(str(path))
     strategy, note = _census_strategy(cfg)
-    model = load_drafter(path, device=device, dtype=dtype)
+    model = load_drafter(cfg.path, device=device, dtype=dtype, cfg=cfg)
     where = str(Path(cfg.path) / "config.json")
     tcfg = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
     if model.config.hidden_size != tcfg.hidden_size:
@@ -419,6 +411,19 @@ def targets(report: dict[str, Any]) -> list[tuple[str, bool]]:
     return out
 
 
+def _short_verdict(verdict: str) -> str:
+    # the table column is narrow: the probe's own verdicts, abbreviated
+    from .engine.probe import ALIGNED, EARLY, INCONCLUSIVE, LATE
+
+    short = {
+        ALIGNED: "aligned",
+        INCONCLUSIVE: "inconclusive",
+        LATE: "late: looks dspark",
+        EARLY: "early: looks dflash",
+    }
+    return short.get(verdict, "neither")
+
+
 def format_report(report: dict[str, Any]) -> str:
     """The human-readable table and notes."""
     s = report["settings"]
@@ -451,7 +456,7 @@ def format_report(report: dict[str, Any]) -> str:
                 "yes" if r["matched"] else "no",
                 f"{r['accept_length']:.2f}",
                 " ".join(f"{p:.2f}" for p in r["per_position"]),
-                SHORT_VERDICTS.get(r["probe_verdict"], "neither"),
+                _short_verdict(r["probe_verdict"]),
                 "yes" if r["exact_match"] else "NO",
                 f"{r['tokens_per_s']:.1f}",
                 f"{r['tokens_per_s'] / ar:.2f}x" if ar else "-",
@@ -559,10 +564,12 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
     # the census first: a refused drafter should not cost a model load
     from .census import census
 
-    for path in drafts:
-        census(str(path))
+    cfgs = [census(str(path)) for path in drafts]
     target, tokenizer = load_target(target_path, device, dtype)
-    drafters = [load_drafter_for(Path(p).name, p, target, tokenizer, device, dtype) for p in drafts]
+    drafters = [
+        load_drafter_for(Path(p).name, cfg, target, tokenizer, device, dtype)
+        for p, cfg in zip(drafts, cfgs, strict=True)
+    ]
     texts = (args.prompt or list(EMBEDDED.prompts))[: args.num_prompts]
     prompts = encode_prompts(tokenizer, texts)
     runs, ar_tps, wall = measure(

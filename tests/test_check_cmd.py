@@ -74,6 +74,19 @@ def test_check_json_schema_on_the_embedded_models(capsys: pytest.CaptureFixture[
     assert report["settings"]["prompts"] == 1 and report["settings"]["max_new_tokens"] == 10
 
 
+def test_check_takes_each_drafter_census_once(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sglang_dspark_plugin import census as census_module
+
+    calls: list[str] = []
+    real = census_module.census
+    monkeypatch.setattr(census_module, "census", lambda path: calls.append(path) or real(path))
+    code, _ = check_json(capsys)
+    assert code == 0
+    assert sorted(calls) == sorted(str(p) for p in EMBEDDED.drafters.values())
+
+
 def test_check_table_and_plot(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     png = tmp_path / "accept.png"
     code = main(["check", *QUICK, "--plot", str(png)])
