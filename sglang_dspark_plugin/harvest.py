@@ -124,24 +124,22 @@ class Resolution:
     @classmethod
     def of(cls, cfg: DflashCfg, env_value: str | None) -> Resolution:
         """Resolve ``cfg`` under an explicit value (``None`` = unset)."""
-        evidence = tuple(getattr(cfg, "evidence", ()))
-        conflict = getattr(cfg, "conflict", None)
+        evidence = cfg.evidence
         if env_value is None:
             # Raises CensusConflictError when the deciding tier disagrees: no default on conflict.
-            strategy_dspark = cfg.strategy_dspark
-            harvest = DsparkHarvest.resolve_value(None, strategy_dspark)
-            source = "census" if getattr(cfg, "deciding_tier", None) is not None else "default"
+            harvest = DsparkHarvest.resolve_value(None, cfg.strategy_dspark)
+            source = "census" if cfg.deciding_tier is not None else "default"
             return cls(harvest, source, None, evidence, harvest if source == "census" else None)
 
         harvest = DsparkHarvest.from_env_value(env_value)
         warnings: list[str] = []
         census_harvest: DsparkHarvest | None = None
-        if conflict:
+        if cfg.conflict:
             warnings.append(
                 f"{ENV_VAR}={env_value!r} overrides a checkpoint whose census is contradictory "
-                f"({conflict}); serving the {harvest.value} harvest because you asked for it."
+                f"({cfg.conflict}); serving the {harvest.value} harvest because you asked for it."
             )
-        elif getattr(cfg, "deciding_tier", None) is not None:
+        elif cfg.deciding_tier is not None:
             census_harvest = DsparkHarvest.resolve_value(None, cfg.strategy_dspark)
             if census_harvest is not harvest:
                 votes = "; ".join(
