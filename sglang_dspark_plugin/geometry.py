@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
-from .harvest import ENV_VAR, DsparkHarvest
+from .harvest import DsparkHarvest
 
 if TYPE_CHECKING:
     from .draft_config import DflashCfg
@@ -89,12 +89,7 @@ def build_manifest(
         "schema": MANIFEST_SCHEMA,
         "producer": producer,  # "sglang-plugin" or "reference-engine"
         **geometry.to_json(),
-        "source": resolution.source,
-        "env_var": ENV_VAR,
-        "env_value": resolution.env_value,
-        "census_harvest": None if resolution.census_harvest is None else resolution.census_harvest.name(),
-        "warnings": list(resolution.warnings),
-        "evidence": [s.to_json() for s in resolution.evidence],
+        **resolution.to_json(),  # source, env value, census harvest, evidence, warnings
         "checkpoint": None if cfg is None else cfg.path,
         "architecture": None if cfg is None else cfg.architecture,
         "mask_token_id": None if cfg is None else cfg.mask_token_id,

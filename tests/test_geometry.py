@@ -48,18 +48,17 @@ def test_the_two_conventions_differ_by_one_row_and_one_draft():
     assert shifted.harvested_rows == (0, 1, 2, 3, 4, 5, 6)
 
 
-def test_to_json_matches_the_properties():
-    geo = RoundGeometry(DsparkHarvest.DSPARK, 5)
-    out = geo.to_json()
-    assert out == {
+def test_to_json_names_the_geometry():
+    # DESIGN section 2, shifted, b = 5: rows 0..4 are drafts 1..5, verified in a window of 6.
+    assert RoundGeometry(DsparkHarvest.DSPARK, 5).to_json() == {
         "harvest": "dspark",
         "block_size": 5,
-        "first_row": geo.first_row,
-        "n_drafts": geo.n_drafts,
-        "gamma": geo.gamma,
-        "verify_window": geo.verify_window,
-        "harvested_rows": list(geo.harvested_rows),
-        "trained_offsets": list(geo.trained_offsets),
+        "first_row": 0,
+        "n_drafts": 5,
+        "gamma": 5,
+        "verify_window": 6,
+        "harvested_rows": [0, 1, 2, 3, 4],
+        "trained_offsets": [1, 2, 3, 4, 5],
     }
 
 
