@@ -1,7 +1,8 @@
 """``dspark-harvest``: inspect a checkpoint, check it on the reference engine, doctor the sglang install.
 
-Each subcommand lives in its own module and is imported only when used, so ``inspect`` never pays
-for torch and nothing here imports sglang (``doctor`` imports it inside the sglang glue package).
+Each subcommand lives in its own module, which imports its heavy dependencies only when it runs,
+so ``inspect`` never pays for torch and nothing here imports sglang (``doctor`` imports it inside
+the sglang glue package).
 """
 
 from __future__ import annotations

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any, TextIO
 
+from .draft_config import TIER_EXPLICIT, TIER_INFO, TIER_STRUCTURAL
 from .errors import DsparkHarvestError
 
 EXIT_OK = 0
 EXIT_REFUSED = 2
 
-TIER_NAMES = {1: "explicit", 2: "structural", 0: "info"}
+TIER_NAMES = {TIER_EXPLICIT: "explicit", TIER_STRUCTURAL: "structural", TIER_INFO: "info"}
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -45,7 +45,7 @@ def inspect_checkpoint(path: str, environ: dict[str, str] | None = None) -> dict
     from .harvest import DsparkHarvest
 
     cfg = census(path)
-    resolution = DsparkHarvest.explain(cfg, environ=os.environ if environ is None else environ)
+    resolution = DsparkHarvest.explain(cfg, environ=environ)
     geometry = RoundGeometry(resolution.harvest, cfg.block_size)
     manifest = build_manifest(geometry, resolution, cfg, producer="inspect")
     return {
