@@ -40,20 +40,21 @@ def _report(**over) -> dict:
 
 def test_all_targets_pass_on_a_good_report():
     results = _bench().grade(_report())
-    assert len(results) == 7 and all(t.ok for t in results)
+    # four per drafter: ratio, matched accept, speedup, exactness
+    assert len(results) == 8 and all(t.ok for t in results)
 
 
 def test_each_target_can_miss():
     bench = _bench()
     cases = {
-        "dflash: matched accept >= 2.0x mismatched": _run("dflash", "dspark", 1.6, 80.0),
-        "dspark: matched accept >= 2.5": _run("dspark", "dspark", 2.4, 180.0),
-        "dspark: matched tokens/s >= 1.5x autoregressive": _run("dspark", "dspark", 3.2, 140.0),
-        "exact_match in all 4 runs": _run("dflash", "dspark", 1.2, 80.0, exact=False),
+        "dflash: matched / mismatched accept length 1.88x >= 2.0x": ("dflash_dspark", 1.6, 80.0, True),
+        "dspark: matched accept length 2.40 >= 2.5": ("dspark_dspark", 2.4, 180.0, True),
+        "dspark: matched speedup over autoregressive 1.40x >= 1.5x": ("dspark_dspark", 3.2, 140.0, True),
+        "dflash: exact in both harvests": ("dflash_dspark", 1.2, 80.0, False),
     }
-    keys = {"dflash: matched": "dflash_dspark", "dspark: matched": "dspark_dspark", "exact": "dflash_dspark"}
-    for name, run in cases.items():
-        key = next(v for k, v in keys.items() if name.startswith(k))
+    for name, (key, accept, tps, exact) in cases.items():
+        strategy, harvest = key.split("_")
+        run = _run(strategy, harvest, accept, tps, exact)
         missed = [t.name for t in bench.grade(_report(**{key: run})) if not t.ok]
         assert missed == [name], (name, missed)
 
@@ -63,4 +64,5 @@ def test_from_json_prints_pass_and_miss(tmp_path, capsys):
     path.write_text(json.dumps(_report(dspark_dspark=_run("dspark", "dspark", 2.4, 180.0))))
     assert _bench().main(["--from-json", str(path)]) == 1
     out = capsys.readouterr().out
-    assert "MISS  dspark: matched accept >= 2.5" in out and "PASS  dflash: matched accept >= 2.5" in out
+    assert "MISS  dspark: matched accept length 2.40 >= 2.5" in out
+    assert "PASS  dflash: matched accept length 3.00 >= 2.5" in out
