@@ -51,14 +51,6 @@ class EmbeddedModels:
         """``{"dflash": folder, "dspark": folder}``: one drafter per training strategy."""
         return {s: self._require(self.root / f"drafter-{s}") for s in STRATEGIES}
 
-    @property
-    def dflash(self) -> Path:
-        return self.drafters["dflash"]
-
-    @property
-    def dspark(self) -> Path:
-        return self.drafters["dspark"]
-
     @cached_property
     def report(self) -> dict[str, Any]:
         """``training_report.json``: seed, sizes, steps, losses and wall time of the training run."""
