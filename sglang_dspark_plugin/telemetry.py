@@ -680,22 +680,20 @@ class PrometheusMetrics:
         const = dict(labels or {})
         names = list(const)
         families = _metric_families(prometheus_client, registry, tuple(names))
-        self._rounds = families["rounds"]
-        self._request_rounds = families["request_rounds"]
-        self._accepted_tokens = families["accepted_tokens"]
-        self._accepted_drafts = families["accepted_drafts"]
-        self._position = families["position"]
-        self._alarms = families["alarms"]
-        self._invalid = families["invalid"]
-        self._info = families["info"]
         lv = [const[n] for n in names]
-        self._c_rounds = self._rounds.labels(*lv) if names else self._rounds
-        self._c_reqs = self._request_rounds.labels(*lv) if names else self._request_rounds
-        self._c_tokens = self._accepted_tokens.labels(*lv) if names else self._accepted_tokens
-        self._c_drafts = self._accepted_drafts.labels(*lv) if names else self._accepted_drafts
-        self._c_alarms = self._alarms.labels(*lv) if names else self._alarms
-        self._c_invalid = self._invalid.labels(*lv) if names else self._invalid
-        self._c_position = [self._position.labels(*lv, str(k)) for k in range(1, gamma + 1)]
+
+        def child(name: str) -> Any:
+            # prometheus_client refuses .labels() on a family without label names: it counts itself
+            return families[name].labels(*lv) if names else families[name]
+
+        self._c_rounds = child("rounds")
+        self._c_reqs = child("request_rounds")
+        self._c_tokens = child("accepted_tokens")
+        self._c_drafts = child("accepted_drafts")
+        self._c_alarms = child("alarms")
+        self._c_invalid = child("invalid")
+        self._c_position = [families["position"].labels(*lv, str(k)) for k in range(1, gamma + 1)]
+        self._info = families["info"]
         self._label_values = lv
         self._pushed = (0, 0, 0, [0] * gamma, 0, 0)
 
@@ -716,7 +714,8 @@ class PrometheusMetrics:
         if telemetry.gamma != self.gamma:
             raise GeometryError(
                 f"metrics were built for gamma={self.gamma} but the telemetry has gamma={telemetry.gamma}; "
-                "build PrometheusMetrics with the same RoundGeometry.gamma."
+                "build PrometheusMetrics with the same RoundGeometry.gamma.",
+                where="PrometheusMetrics.sync(telemetry=...)",
             )
         rounds, reqs, drafts, positions, alarms, invalid = self._pushed
         now_positions = telemetry.accepted_per_position()
