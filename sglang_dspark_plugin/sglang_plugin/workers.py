@@ -241,13 +241,16 @@ def served_markov_rank(cfg: Any) -> int:
     """The Markov rank the dspark arm serves for a census ``cfg``: the census's, else sglang's reading.
 
     The census reads spellings sglang does not (``dflash_config.markov_rank`` on 0.5.17); where it
-    found none, sglang's own parse of the raw config decides (a plain dict carries no path, so the
-    parse hook leaves it alone). 0 means no Markov head: the zero rank-1 head is served.
+    found none, sglang's own parse of the raw config decides. 0 means no Markov head: the zero
+    rank-1 head is served.
     """
     if cfg.markov_rank is not None:
         return int(cfg.markov_rank)
+    # Without a path the parse hook (which calls this) leaves the parse alone: no recursion even when
+    # config.json records the served draft's own "_name_or_path".
+    raw = {k: v for k, v in cfg.raw.items() if k != "_name_or_path"}
     try:
-        return int(parse_dspark_draft_config(draft_hf_config=dict(cfg.raw)).markov_rank)
+        return int(parse_dspark_draft_config(draft_hf_config=raw).markov_rank)
     except ValueError as exc:
         raise InvalidCheckpointError(
             f"sglang cannot read {cfg.path}/config.json as a DSpark draft: {exc}", where="config.json"

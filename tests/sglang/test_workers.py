@@ -751,6 +751,35 @@ def test_the_parse_hook_answers_only_for_the_served_dspark_draft(tmp_path, monke
     assert workers._served_markov(PretrainedConfig()) is None  # no path: never ours
 
 
+def test_the_parse_hook_answers_a_draft_whose_config_json_names_its_own_path(tmp_path, monkeypatch):
+    # config.json may carry "_name_or_path"; when it is the served path and the census found no rank,
+    # served_markov_rank's own parse of the raw config must not come back through the hook.
+    from sglang_dspark_plugin.sglang_plugin import resolution
+
+    fixture = "gemma4_dspark_null_rank"
+    draft = str(write_checkpoint(tmp_path, fixture))
+    served = _served(tmp_path, fixture)
+    raw = {**served.cfg.raw, "_name_or_path": draft}
+    served.cfg = served.cfg.__class__(**{**served.cfg.__dict__, "raw": raw})
+    assert served.cfg.markov_rank is None and served.resolution.harvest is DsparkHarvest.DSPARK
+    args = SimpleNamespace(speculative_algorithm="DSPARK_HARVEST", speculative_draft_model_path=draft)
+    monkeypatch.setattr(resolution, "published_server_args", lambda: args)
+    monkeypatch.setattr(resolution, "read_arg", lambda a, name: getattr(a, name))
+    monkeypatch.setattr(workers, "_served_for", lambda a: served)
+    original = workers.parse_dspark_draft_config
+
+    def hooked(*a, **kw):  # what HookRegistry binds in every module once load_plugins() applied it
+        result = original(*a, **kw)
+        replaced = workers._served_markov_after_parse(result, *a, **kw)
+        return result if replaced is None else replaced
+
+    monkeypatch.setattr(workers, "parse_dspark_draft_config", hooked)
+    config = PretrainedConfig(**FIXTURES[fixture].config)
+    config._name_or_path = draft
+    assert workers.served_markov_rank(served.cfg) == 0
+    assert workers._served_markov(config) == (1, "vanilla")
+
+
 @pytest.mark.parametrize(
     ("fixture", "cls", "parent", "arch", "loaded"),
     [
