@@ -9,6 +9,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from sglang_dspark_plugin.census import census
 from sglang_dspark_plugin.engine.drafter import DraftCache, load_drafter, new_draft_model
 from sglang_dspark_plugin.errors import InvalidCheckpointError, UnsupportedCheckpointError
 
@@ -200,8 +201,11 @@ def test_load_specforge_format_equals_in_memory(tmp_path):
     assert (loaded.block_size, loaded.mask_token_id, loaded.target_layer_ids) == (7, 255, LAYER_IDS)
     assert loaded.config.architectures == ["DSparkDraftModel"]
     noise, th, pos = _inputs(12, ctx=6, q=7)
+    # a census the caller already took gives the same model as the one load_drafter takes itself
+    from_census = load_drafter(folder, cfg=census(str(folder)))
     with torch.no_grad():
         assert torch.equal(loaded(noise, th, pos), model(noise, th, pos))
+        assert torch.equal(from_census(noise, th, pos), model(noise, th, pos))
 
 
 def test_load_zlab_format_bf16_equals_in_memory(tmp_path):
