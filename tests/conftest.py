@@ -12,6 +12,12 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _skipped.append(report.nodeid)
 
 
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    # A module-level skip (pytest.importorskip at import) is reported here, not per test.
+    if report.skipped:
+        _skipped.append(report.nodeid)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _skipped and exitstatus == 0:
         session.exitstatus = 1
