@@ -269,12 +269,15 @@ def measure(
     from .telemetry import AcceptTelemetry
 
     runs = [
-        Run(d, h, AcceptTelemetry(h.n_drafts(d.model.block_size), h, "check", settings=QUIET))
+        Run(
+            d,
+            h,
+            AcceptTelemetry(h.n_drafts(d.model.block_size), h, "check", settings=QUIET),
+            counts=ProbeCounts(),
+        )
         for d in drafters
         for h in DsparkHarvest
     ]
-    for run_ in runs:
-        run_.counts = ProbeCounts()
     # warm-up: first calls pay for allocations and kernel selection, keep them out of the timing
     autoregressive_generate(target, prompts[0], WARMUP_TOKENS)
     for d in drafters:

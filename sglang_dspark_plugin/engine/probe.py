@@ -76,6 +76,7 @@ class ProbeResult:
     reason: str
 
     def to_json(self) -> dict[str, Any]:
+        """The verdict, its reason, and matches, compared drafts and rates by offset."""
         c = self.counts
         return {
             "verdict": self.verdict,

@@ -73,10 +73,12 @@ class Generation:
 
     @property
     def probe_rounds(self) -> list[ProbeRound]:
+        """Each round's drafts and anchor, as the offset probe reads them."""
         return [ProbeRound(r.anchor_pos, r.drafts) for r in self.rounds]
 
     @property
     def accept_lengths(self) -> list[int]:
+        """Tokens committed by each round (bonus included)."""
         return [r.accept_length for r in self.rounds]
 
 
