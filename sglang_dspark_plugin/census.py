@@ -18,6 +18,7 @@ import os
 import pickle
 import re
 import zipfile
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -125,7 +126,7 @@ def resolve_checkpoint(path_or_hub_id: str | os.PathLike[str]) -> Path:
         raise InvalidCheckpointError(
             f"{text} is a file; pass the draft checkpoint folder that holds config.json.", where=text
         )
-    if _HUB_ID.match(text) and not text.startswith((".", "~")):
+    if _HUB_ID.match(text):  # org/name; a relative path like ./x or ~/x does not match
         return _from_hf_cache(text)
     raise InvalidCheckpointError(
         f"checkpoint {text!r} does not exist; pass a local folder holding config.json, "
@@ -243,6 +244,13 @@ _TORCH_REBUILDERS = frozenset(
         "_rebuild_qtensor",
     }
 )
+# Plain containers a training state may hold; torch.Size is only ever a tuple of ints.
+_CONTAINERS: dict[tuple[str, str], type] = {
+    ("collections", "OrderedDict"): OrderedDict,
+    ("torch", "Size"): tuple,
+    ("builtins", "set"): set,
+    ("builtins", "frozenset"): frozenset,
+}
 
 
 class _StateUnpickler(pickle.Unpickler):
@@ -253,12 +261,8 @@ class _StateUnpickler(pickle.Unpickler):
             return _rebuild
         if module in ("torch", "torch.storage") and name.endswith("Storage"):
             return _Stub
-        if (module, name) == ("collections", "OrderedDict"):
-            from collections import OrderedDict
-
-            return OrderedDict
-        if (module, name) in {("torch", "Size"), ("builtins", "set"), ("builtins", "frozenset")}:
-            return {"Size": tuple, "set": set, "frozenset": frozenset}[name]
+        if (module, name) in _CONTAINERS:
+            return _CONTAINERS[module, name]
         raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
 
     def persistent_load(self, pid: Any) -> _Stub:
