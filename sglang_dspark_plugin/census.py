@@ -244,12 +244,13 @@ _TORCH_REBUILDERS = frozenset(
         "_rebuild_qtensor",
     }
 )
-# Plain containers a training state may hold; torch.Size is only ever a tuple of ints.
+# Plain containers a training state may hold; torch.Size is only ever a tuple of ints. torch.save
+# pickles with protocol 2, which names the builtins module "__builtin__".
 _CONTAINERS: dict[tuple[str, str], type] = {
     ("collections", "OrderedDict"): OrderedDict,
     ("torch", "Size"): tuple,
-    ("builtins", "set"): set,
-    ("builtins", "frozenset"): frozenset,
+    **{(module, "set"): set for module in ("builtins", "__builtin__")},
+    **{(module, "frozenset"): frozenset for module in ("builtins", "__builtin__")},
 }
 
 

@@ -488,6 +488,24 @@ def test_training_state_without_strategy_is_no_vote(tmp_path):
     assert _signals(cfg)["training_state.pt:strategy"].vote is None and cfg.deciding_tier is None
 
 
+def test_training_state_with_the_containers_torch_save_writes(tmp_path):
+    import torch
+
+    folder = _write(tmp_path, {"block_size": 8})
+    layer = torch.nn.Linear(2, 2)
+    state = {
+        "strategy": "dflash",
+        "draft_state_dict": layer.state_dict(),  # an OrderedDict of tensors
+        "optimizer": torch.optim.AdamW(layer.parameters()).state_dict(),
+        "shape": torch.Size([2, 3]),
+        "seen": {1, 2},
+        "frozen": frozenset({3}),
+    }
+    torch.save(state, folder / "training_state.pt")
+    sig = _signals(census(folder))["training_state.pt:strategy"]
+    assert (sig.value, sig.tier, sig.vote) == ("dflash", TIER_EXPLICIT, "dflash")
+
+
 def test_training_state_that_is_not_a_zip(tmp_path):
     folder = _write(tmp_path, {"block_size": 8})
     (folder / "training_state.pt").write_bytes(b"\x80\x02legacy")
