@@ -153,6 +153,15 @@ def test_embedded_models_are_shipped_and_census_gives_their_own_convention():
         assert drafter.mask_token_id == EMBEDDED.report["tokenizer"]["mask_token_id"]
 
 
+def test_the_embedded_docstring_example_runs():
+    import doctest
+
+    from sglang_dspark_plugin import embedded
+
+    result = doctest.testmod(embedded)
+    assert result.attempted >= 5 and result.failed == 0
+
+
 def test_inspect_reports_each_embedded_drafters_convention():
     from sglang_dspark_plugin.inspect_cmd import inspect_checkpoint
 
