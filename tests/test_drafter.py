@@ -272,3 +272,9 @@ def test_missing_weights_file_is_refused(tmp_path):
 def test_missing_folder_is_refused(tmp_path):
     with pytest.raises(InvalidCheckpointError):
         load_drafter(tmp_path / "does-not-exist")
+
+
+def test_a_config_without_target_layers_is_refused_by_name():
+    with pytest.raises(InvalidCheckpointError, match="target_layer_ids is missing") as err:
+        new_draft_model(_config(target_layer_ids=[]))
+    assert err.value.where == "config.json:dflash_config.target_layer_ids"

@@ -207,7 +207,8 @@ class DFlashDraftModel(nn.Module):
         if not self.target_layer_ids:
             raise InvalidCheckpointError(
                 "dflash_config.target_layer_ids is missing or empty; set it to the target layers whose "
-                "outputs the drafter was trained on"
+                "outputs the drafter was trained on",
+                where="config.json:dflash_config.target_layer_ids",
             )
         h = config.hidden_size
         self.layers = nn.ModuleList(DraftLayer(config, i) for i in range(config.num_hidden_layers))
