@@ -375,7 +375,7 @@ class _Census:
         block_size = self._block_size()
         self._explicit(block_size)
         markov_rank = self._structural(architecture)
-        vocab_size, hidden_size = self._sizes()
+        vocab_size, hidden_size = self._size("vocab_size"), self._size("hidden_size")
         mask_token_id = self._mask_token_id(vocab_size)
         num_target_layers, target_layer_ids = self._target_layers()
         deciding_tier, conflict = self._decide()
@@ -666,18 +666,12 @@ class _Census:
 
     # geometry-adjacent fields ------------------------------------------------------------------
 
-    def _sizes(self) -> tuple[int | None, int | None]:
-        out: list[int | None] = []
-        for name in ("vocab_size", "hidden_size"):
-            found = self._lookups(name, ((), ("transformer_layer_config",), ("text_config",)))
-            value = None
-            for key, raw in found:
-                if raw is None:
-                    continue
-                value = self._int(key, raw, minimum=1, what=f"{name}")
-                break
-            out.append(value)
-        return out[0], out[1]
+    def _size(self, name: str) -> int | None:
+        """The first non-null ``name`` at the top level, in transformer_layer_config or text_config."""
+        for key, raw in self._lookups(name, ((), ("transformer_layer_config",), ("text_config",))):
+            if raw is not None:
+                return self._int(key, raw, minimum=1, what=name)
+        return None
 
     def _mask_token_id(self, vocab_size: int | None) -> int | None:
         found = [
