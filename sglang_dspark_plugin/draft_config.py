@@ -29,6 +29,7 @@ class Signal:
     note: str = ""
 
     def to_json(self) -> dict[str, Any]:
+        """``{signal, value, tier, vote[, note]}`` as listed in ``inspect --json`` and the manifest."""
         out = {"signal": self.signal, "value": self.value, "tier": self.tier, "vote": self.vote}
         if self.note:
             out["note"] = self.note
@@ -64,6 +65,7 @@ class DflashCfg:
         return votes == {VOTE_DSPARK}
 
     def to_json(self) -> dict[str, Any]:
+        """Every field except ``raw``, JSON-able."""
         return {
             "path": self.path,
             "architecture": self.architecture,

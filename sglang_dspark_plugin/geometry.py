@@ -32,6 +32,7 @@ class RoundGeometry:
 
     @property
     def first_row(self) -> int:
+        """The output row that holds draft 1."""
         return self.harvest.first_row()
 
     @property
@@ -41,6 +42,7 @@ class RoundGeometry:
 
     @property
     def n_drafts(self) -> int:
+        """The seed API's name for ``gamma``."""
         return self.gamma
 
     @property
@@ -50,13 +52,16 @@ class RoundGeometry:
 
     @property
     def harvested_rows(self) -> tuple[int, ...]:
+        """The output rows taken as drafts 1..gamma, in order."""
         return tuple(range(self.first_row, self.first_row + self.gamma))
 
     @property
     def trained_offsets(self) -> tuple[int, ...]:
+        """The offset from the anchor each harvested row was trained for: always 1..gamma."""
         return tuple(self.harvest.trained_offset_of_row(r) for r in self.harvested_rows)
 
     def to_json(self) -> dict[str, Any]:
+        """The geometry fields of the manifest and of ``inspect --json``."""
         return {
             "harvest": self.harvest.name(),
             "block_size": self.block_size,
