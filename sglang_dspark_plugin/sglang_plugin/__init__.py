@@ -77,14 +77,14 @@ def register() -> bool:
             )
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
+        from . import workers
         from .spec_algo import DsparkHarvestSpecAlgo
 
+        # The hook first: if it fails, nothing is registered (the hook alone is inert for other algorithms).
+        workers.register_hooks()  # applied by load_plugins(), before the scheduler builds the target
         SpeculativeAlgorithm.register(ALGORITHM, supports_overlap=True, spec_class=DsparkHarvestSpecAlgo)(
             _factory
         )
-        from . import workers
-
-        workers.register_hooks()  # applied by load_plugins(), before the scheduler builds the target
         return True
     except Exception as err:  # noqa: BLE001 - a plugin must never take sglang down
         logger.error(

@@ -135,6 +135,7 @@ WORKER_CONTRACT: list[tuple[str, str, tuple[str, ...] | None]] = [
     ),
     ("sglang.srt.distributed.parallel_state", "get_tp_group", ()),
     ("sglang.srt.plugins.hook_registry", "HookRegistry.register", ("target", "hook", "hook_type")),
+    ("sglang.srt.plugins.hook_registry", "HookRegistry._hooks", None),  # register_hooks' idempotence
     ("sglang.srt.plugins.hook_registry", "HookType.AFTER", None),
 ]
 """Every sglang class, method and function the workers rely on (checked by the plugin's contract)."""

@@ -136,6 +136,21 @@ def test_broken_worker_contract_registers_nothing(
     assert "DFlashWorkerV2.no_such_method" in plugin_log.at(logging.ERROR)[0]
 
 
+def test_a_failing_hook_registration_registers_nothing(
+    monkeypatch: pytest.MonkeyPatch, plugin_log: PluginLog
+) -> None:
+    unregister()
+
+    def broken() -> None:
+        raise AttributeError("HookRegistry has no attribute '_hooks'")
+
+    monkeypatch.setattr(workers, "register_hooks", broken)
+    assert register() is False
+    assert not is_registered()  # the log line says NOT registered: sglang must agree
+    errors = plugin_log.at(logging.ERROR)
+    assert len(errors) == 1 and "NOT registered" in errors[0] and "_hooks" in errors[0]
+
+
 def test_untested_version_registers_with_one_warning(
     monkeypatch: pytest.MonkeyPatch, plugin_log: PluginLog
 ) -> None:
