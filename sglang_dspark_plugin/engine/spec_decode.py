@@ -283,7 +283,7 @@ def _check_max_new_tokens(n: int) -> None:
 
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise InvalidCheckpointError(
-            f"max_new_tokens must be a positive integer, got {n!r}; pass e.g. --max-new-tokens 64.",
+            f"max_new_tokens must be a positive integer, got {n!r}; pass a count >= 1, e.g. 64.",
             where="max_new_tokens",
         )
 
