@@ -7,6 +7,8 @@ import os
 import socket
 import traceback
 
+from sglang_dspark_plugin.geometry import RoundGeometry
+from sglang_dspark_plugin.harvest import DsparkHarvest
 from sglang_dspark_plugin.rank_agreement import (
     RankDisagreementError,
     check_rank_agreement,
@@ -70,12 +72,15 @@ def _run_two_ranks(locals_: list[dict]) -> dict[int, tuple[str, object]]:
 
 
 def _local(harvest: str, source: str = "census", env: str | None = None) -> dict:
+    """The keys the sglang workers compare (``workers.rank_agreement_values``), for a block-16 drafter."""
+    geometry = RoundGeometry(DsparkHarvest.from_name(harvest), 16)
     return {
         "harvest": harvest,
         "source": source,
         "env_value": env,
-        "block_size": 16,
-        "gamma": 16 if harvest == "dspark" else 15,
+        "block_size": geometry.block_size,
+        "gamma": geometry.gamma,
+        "verify_window": geometry.verify_window,
         "draft_path": os.path.join("ckpt", "draft"),
     }
 
@@ -99,7 +104,7 @@ def test_two_ranks_that_disagree_are_both_refused_with_the_table():
         status, payload = results[rank]
         assert status == "refused", payload
         assert payload["table"] == [a, b]
-        assert payload["differing"] == ["harvest", "source", "env_value", "gamma"]
+        assert payload["differing"] == ["harvest", "source", "env_value", "gamma", "verify_window"]
         message = payload["message"]
         assert "MEMRA_DSPARK_HARVEST" in message
         assert "startup is refused" in message
