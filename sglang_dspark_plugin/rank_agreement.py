@@ -28,11 +28,17 @@ class RankDisagreementError(DsparkHarvestError):
         self.differing = list(differing)
 
 
-def format_rank_table(table: Sequence[Mapping[str, Any]], differing: Sequence[str] = ()) -> str:
-    """One line per rank, one column per key; differing columns are marked with ``*``."""
+def _keys(table: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Every key of any rank, in first-seen order."""
     keys: list[str] = []
     for row in table:
         keys.extend(k for k in row if k not in keys)
+    return keys
+
+
+def format_rank_table(table: Sequence[Mapping[str, Any]], differing: Sequence[str] = ()) -> str:
+    """One line per rank, one column per key; differing columns are marked with ``*``."""
+    keys = _keys(table)
     header = ["rank"] + [f"{k}*" if k in differing else k for k in keys]
     rows = [[str(r)] + [repr(row.get(k)) for k in keys] for r, row in enumerate(table)]
     widths = [max(len(line[i]) for line in [header, *rows]) for i in range(len(header))]
@@ -42,11 +48,8 @@ def format_rank_table(table: Sequence[Mapping[str, Any]], differing: Sequence[st
 
 def differing_keys(table: Sequence[Mapping[str, Any]]) -> list[str]:
     """The keys whose value is not the same on every rank (a key missing on a rank differs)."""
-    keys: list[str] = []
-    for row in table:
-        keys.extend(k for k in row if k not in keys)
     missing = object()
-    return [k for k in keys if len({repr(row.get(k, missing)) for row in table}) > 1]
+    return [k for k in _keys(table) if len({repr(row.get(k, missing)) for row in table}) > 1]
 
 
 def check_rank_agreement(local: Mapping[str, Any], group: Any = None) -> list[dict[str, Any]]:
