@@ -87,12 +87,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-DSPARK_ARM_ARCHITECTURES: tuple[str, ...] = (
-    "DSparkDraftModel",
-    "Qwen3DSparkModel",
-    "LingDSparkModel",
-    "DFlashDraftModel",
-)
+DSPARK_ARCHITECTURES: tuple[str, ...] = ("DSparkDraftModel", "Qwen3DSparkModel", "LingDSparkModel")
+"""sglang's dense DSpark draft classes: DFlash's backbone plus a Markov head (``models/dspark.py``)."""
+
+DSPARK_ARM_ARCHITECTURES: tuple[str, ...] = (*DSPARK_ARCHITECTURES, "DFlashDraftModel")
 """Draft architectures the dspark arm serves with sglang's dense DSpark draft model (same backbone)."""
 
 WORKER_CONTRACT: list[tuple[str, str, tuple[str, ...] | None]] = [
@@ -368,9 +366,6 @@ class HarvestDSparkDraftModel(DSparkDraftModel):
 
 
 _route_lock = threading.Lock()
-
-DSPARK_ARCHITECTURES: tuple[str, ...] = ("DSparkDraftModel", "Qwen3DSparkModel", "LingDSparkModel")
-"""sglang's dense DSpark draft classes: DFlash's backbone plus a Markov head (``models/dspark.py``)."""
 
 
 @contextlib.contextmanager
