@@ -56,6 +56,17 @@ def test_doctor_reports_a_missing_hook(capsys: pytest.CaptureFixture[str], monke
     assert any("no_such_hook" in p for p in report["problems"])
 
 
+def test_doctor_passes_an_untested_version_whose_hooks_are_all_ok(
+    capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    # The rule register() applies: registered with a warning, so the doctor says OK and names it.
+    monkeypatch.setattr(doctor, "SUPPORTED_SGLANG", ("0.0.1",))
+    code, out = run_doctor(capsys, "--json")
+    report = json.loads(out)
+    assert code == 0 and report["ok"] is True and report["version_supported"] is False
+    assert [p for p in report["problems"] if "not a tested version" in p] == report["problems"] != []
+
+
 def test_doctor_without_sglang(capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
     monkeypatch.setattr(doctor, "sglang_version", lambda: None)
     code, out = run_doctor(capsys, "--json")
