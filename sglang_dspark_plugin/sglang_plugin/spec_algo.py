@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING, Any
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from sglang.srt.speculative.spec_registry import CustomSpecAlgo
 
-from ..errors import GeometryError
+from ..errors import DsparkHarvestError, GeometryError
 from ..geometry import RoundGeometry
 from ..harvest import ENV_VAR, DsparkHarvest
 from .resolution import (
     ALGORITHM,
+    Served,
     ServeRefusal,
     announce,
     builtin_name,
@@ -218,6 +219,7 @@ class DsparkHarvestSpecAlgo(CustomSpecAlgo):
         s = served(record)
         g = s.geometry
         check_width_flags(record, g, s.cfg.path)
+        refuse_unservable(s)
         member = builtin_member(g.harvest)
         block_flag = (
             "speculative_dflash_block_size"
@@ -287,6 +289,18 @@ def refuse_disaggregation(server_args: Any) -> None:
         )
 
 
+def refuse_unservable(s: Served) -> None:
+    """Refuse here, before any model loads, a draft the arm's worker would refuse after the target loaded."""
+    from .workers import check_servable
+
+    try:
+        check_servable(s)
+    except DsparkHarvestError as err:
+        if isinstance(err, ValueError):
+            raise
+        raise ServeRefusal.wrap(err) from err
+
+
 def check_width_flags(server_args: Any, geometry: RoundGeometry, checkpoint: str) -> None:
     """Refuse a ``--speculative-num-draft-tokens`` or block-size flag that contradicts the geometry."""
     g = geometry
@@ -326,6 +340,7 @@ __all__ = [
     "DsparkHarvestSpecAlgo",
     "builtin_member",
     "refuse_disaggregation",
+    "refuse_unservable",
     "check_width_flags",
     "ARM_INDEPENDENT",
     "ARM_DEPENDENT",

@@ -388,6 +388,34 @@ def _registry_swap(names: list[str], cls: type) -> Iterator[None]:
                 ModelRegistry.models[name] = old
 
 
+def _dspark_arm_names(architectures: list[str] | tuple[str, ...]) -> list[str]:
+    """The draft's architecture names the dspark arm loads as its model; refuses any other drafter."""
+    names = [a for a in architectures if a in DSPARK_ARM_ARCHITECTURES]
+    if not names:
+        raise UnsupportedCheckpointError(
+            f"the dspark arm serves dense DFlash-family drafters ({', '.join(DSPARK_ARM_ARCHITECTURES)}); "
+            f"this draft's config.json architectures={list(architectures)!r} is none of them. Serve it "
+            f"with sglang's own --speculative-algorithm for that model, or set {ENV_VAR}=dflash if it "
+            "was trained with the DFlash strategy.",
+            where="config.json: architectures",
+        )
+    return names
+
+
+def _dflash_arm_names(architectures: list[str] | tuple[str, ...], markov_rank: int | None) -> list[str]:
+    """The DSpark architecture names the dflash arm loads as ``DFlashDraftModel``; refuses a Markov head."""
+    names = [a for a in architectures if a in DSPARK_ARCHITECTURES]
+    if names and markov_rank:
+        raise UnsupportedCheckpointError(
+            f"this drafter is mask-fill (dflash harvest) but has a rank-{markov_rank} Markov head "
+            f"(architectures={list(architectures)!r}); sglang's DFlash worker has no Markov head and would "
+            "silently drop it. Serve it with sglang 0.5.23's --speculative-algorithm DSPARK (which reads "
+            f"sample_from_anchor=false), or, if it was trained shifted, with {ENV_VAR}=dspark.",
+            where="config.json: architectures / markov_rank",
+        )
+    return names
+
+
 @contextlib.contextmanager
 def dspark_draft_route(
     architectures: list[str] | tuple[str, ...],
@@ -400,15 +428,7 @@ def dspark_draft_route(
     The swap is in this process's ``ModelRegistry`` only and is undone on exit, so the target (already
     loaded) and any later model load see sglang's own classes.
     """
-    names = [a for a in architectures if a in DSPARK_ARM_ARCHITECTURES]
-    if not names:
-        raise UnsupportedCheckpointError(
-            f"the dspark arm serves dense DFlash-family drafters ({', '.join(DSPARK_ARM_ARCHITECTURES)}); "
-            f"this draft's config.json architectures={list(architectures)!r} is none of them. Serve it "
-            f"with sglang's own --speculative-algorithm for that model, or set {ENV_VAR}=dflash if it "
-            "was trained with the DFlash strategy.",
-            where="config.json: architectures",
-        )
+    names = _dspark_arm_names(architectures)
     with _route_lock:
         HarvestDSparkDraftModel._route = _DraftRoute(markov_rank, mask_token_id)
         try:
@@ -428,18 +448,10 @@ def dflash_draft_route(
     class would refuse it (``models/dspark.py:368-372`` / ``:525-529``). With a Markov head the DFlash
     worker would drop a trained part of the model: refused, with the way to serve it.
     """
-    names = [a for a in architectures if a in DSPARK_ARCHITECTURES]
+    names = _dflash_arm_names(architectures, markov_rank)
     if not names:
         yield
         return
-    if markov_rank:
-        raise UnsupportedCheckpointError(
-            f"this drafter is mask-fill (dflash harvest) but has a rank-{markov_rank} Markov head "
-            f"(architectures={list(architectures)!r}); sglang's DFlash worker has no Markov head and would "
-            "silently drop it. Serve it with sglang 0.5.23's --speculative-algorithm DSPARK (which reads "
-            f"sample_from_anchor=false), or, if it was trained shifted, with {ENV_VAR}=dspark.",
-            where="config.json: architectures / markov_rank",
-        )
     from sglang.srt.models.dflash import DFlashDraftModel
 
     with _route_lock, _registry_swap(names, DFlashDraftModel):
@@ -467,6 +479,33 @@ def _architectures(cfg: Any) -> tuple[str, ...]:
     """The draft's ``config.json`` architectures, the names sglang's loader resolves."""
     names = cfg.raw.get("architectures") or ([cfg.architecture] if cfg.architecture else [])
     return tuple(str(n) for n in names)
+
+
+def _require_mask_token(cfg: Any) -> None:
+    if cfg.mask_token_id is None:
+        raise InvalidCheckpointError(
+            f"the dspark arm needs the draft's mask token id and {cfg.path}/config.json declares none "
+            "(sglang's DSpark worker has no tokenizer fallback, speculative/dspark_components/"
+            "dspark_config.py resolve_runtime_config). Add \"mask_token_id\": <id of the mask token> "
+            "to the draft's config.json.",
+            where=f"{cfg.path}/config.json: mask_token_id",
+        )
+
+
+def check_servable(served: Any) -> None:
+    """Refuse, during argument resolution, a draft the arm's worker would refuse after the target loaded.
+
+    The same checks the workers run while they build the draft (mask token, architecture, Markov head),
+    without touching sglang's model registry.
+    """
+    cfg = served.cfg
+    architectures = _architectures(cfg)
+    if served.resolution.harvest is DsparkHarvest.DSPARK:
+        _require_mask_token(cfg)
+        _dspark_arm_names(architectures)
+        served_markov_rank(cfg)
+    elif any(a in DSPARK_ARCHITECTURES for a in architectures):
+        _dflash_arm_names(architectures, served_markov_rank(cfg))
 
 
 def _served_for(server_args: Any) -> Any:
@@ -571,16 +610,8 @@ class HarvestDSparkWorker(_HarvestWorkerMixin, DSparkWorkerV2):
     dspark_harvest = DsparkHarvest.DSPARK
 
     def _dspark_route(self, server_args: Any) -> contextlib.AbstractContextManager[None]:
-        served = self._dspark_harvest_init(server_args)
-        cfg = served.cfg
-        if cfg.mask_token_id is None:
-            raise InvalidCheckpointError(
-                f"the dspark arm needs the draft's mask token id and {cfg.path}/config.json declares none "
-                "(sglang's DSpark worker has no tokenizer fallback, speculative/dspark_components/"
-                "dspark_config.py resolve_runtime_config). Add \"mask_token_id\": <id of the mask token> "
-                "to the draft's config.json.",
-                where=f"{cfg.path}/config.json: mask_token_id",
-            )
+        cfg = self._dspark_harvest_init(server_args).cfg
+        _require_mask_token(cfg)
         return dspark_draft_route(
             _architectures(cfg), markov_rank=served_markov_rank(cfg), mask_token_id=cfg.mask_token_id
         )
@@ -634,6 +665,7 @@ __all__ = [
     "PARSE_HOOK_TARGET",
     "register_hooks",
     "served_markov_rank",
+    "check_servable",
     "dflash_draft_route",
     "dspark_draft_route",
     "prepare_dspark_arm_config",

@@ -57,10 +57,30 @@ def expected_outcome(name: str, env: str | None) -> tuple[str, str]:
         return ("error", fx.expect)  # the census refuses before the env value matters
     if env is not None:
         arm = env.strip().lower()
-        return ("ok", arm) if arm in ("dflash", "dspark") else ("error", "env")
-    if fx.expect == "conflict":
+        if arm not in ("dflash", "dspark"):
+            return ("error", "env")
+    elif fx.expect == "conflict":
         return ("error", "conflict")
-    return ("ok", fx.expect)
+    else:
+        arm = fx.expect
+    return ("error", "unsupported") if arm_cannot_build(name, arm) else ("ok", arm)
+
+
+DENSE_DSPARK = ("DSparkDraftModel", "Qwen3DSparkModel", "LingDSparkModel")  # sglang's models/dspark.py
+
+
+def arm_cannot_build(name: str, arm: str) -> bool:
+    """The arm's worker cannot build this drafter, so argument resolution refuses it already.
+
+    dspark arm: sglang's dense DSpark model (or a DFlash-named drafter) only; dflash arm: a DSpark-named
+    drafter loads as sglang's DFlashDraftModel only when it has no Markov head to drop.
+    """
+    fx = FIXTURES[name]
+    architectures = fx.config.get("architectures") or []
+    if arm == "dspark":
+        return not any(a in (*DENSE_DSPARK, "DFlashDraftModel") for a in architectures)
+    has_markov_head = any(k.startswith("markov_head.") for k in fx.tensors)
+    return has_markov_head and any(a in DENSE_DSPARK for a in architectures)
 
 
 def expected_verify_window(block_size: int, arm: str) -> int:
@@ -134,6 +154,11 @@ def test_cuda_device_runs_the_builtin_handler(
     if env is not None:
         monkeypatch.setenv("MEMRA_DSPARK_HARVEST", env)
     arm = env or fx.expect
+    if arm_cannot_build(name, arm):
+        with pytest.raises(ValueError, match="MEMRA_DSPARK_HARVEST") as info:
+            resolve(target_dir, write_checkpoint(checkpoint_dir, name), device="cuda")
+        assert info.value.kind == "unsupported"
+        return
     _, view = resolve(target_dir, write_checkpoint(checkpoint_dir, name), device="cuda")
     assert view.speculative_num_draft_tokens == expected_verify_window(fx.block_size, arm)
     assert view.max_running_requests == 48  # set only by sglang's builtin DFlash-family handlers
@@ -166,7 +191,7 @@ def test_num_draft_tokens_flag(arm: str, target_dir: Path, checkpoint_dir: Path,
 @pytest.mark.parametrize("flag", ("--speculative-dflash-block-size", "--speculative-dspark-block-size"))
 @pytest.mark.parametrize("arm", ("dflash", "dspark"))
 def test_block_size_flags(flag: str, arm: str, target_dir: Path, checkpoint_dir: Path, monkeypatch) -> None:
-    name = "specforge_dspark"
+    name = "zlab_dflash"  # both arms can build it
     b = FIXTURES[name].block_size
     draft = write_checkpoint(checkpoint_dir, name)
     monkeypatch.setenv("MEMRA_DSPARK_HARVEST", arm)
@@ -247,8 +272,12 @@ def test_config_files(
         monkeypatch.setenv("MEMRA_DSPARK_HARVEST", env)
     settings = yaml.safe_load(config.read_text())
     assert settings["speculative-algorithm"] == "DSPARK_HARVEST"
-    _, view = resolve(target_dir, write_checkpoint(checkpoint_dir, name), config=config)
     arm = env or fx.expect
+    if arm_cannot_build(name, arm):  # refused the same way through a config file
+        with pytest.raises(ValueError, match="Markov head"):
+            resolve(target_dir, write_checkpoint(checkpoint_dir, name), config=config)
+        return
+    _, view = resolve(target_dir, write_checkpoint(checkpoint_dir, name), config=config)
     assert view.speculative_algorithm == "DSPARK_HARVEST"
     assert view.speculative_num_draft_tokens == expected_verify_window(fx.block_size, arm)
     parser = argparse.ArgumentParser()
