@@ -59,7 +59,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prompt-len", type=int, default=32)
     p.add_argument("--gen-len", type=int, default=96)
     p.add_argument("--block-size", type=int, default=8)
-    p.add_argument("--target-layer-ids", type=str, default="", help="comma list; default spread")
+    p.add_argument("--target-layer-ids", type=str, default="",
+                   help="comma list; default 1, layers//2, layers-2 (sglang cannot capture the last layer)")
     p.add_argument("--draft-steps", type=int, default=1800)
     p.add_argument("--draft-batch", type=int, default=16)
     p.add_argument("--anchors", type=int, default=16, help="blocks per sequence per step")
@@ -67,7 +68,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--loss-decay", type=float, default=4.0, help="weight exp(-(j-1)/gamma) of draft j")
     p.add_argument("--n-prompts", type=int, default=8)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--reuse-target", action="store_true",
+        help="load the target and tokenizer already in --out instead of training them; the random "
+        "draws of steps b-c are replayed, so the drafters equal those of a full run",
+    )
     return p.parse_args(argv)
+
+
+def servable_layer_ids(num_layers: int) -> list[int]:
+    """Default target layers: spread over the target, never the last one.
+
+    sglang captures layer i's output as the input of layer i+1, so the last layer's output cannot be
+    captured (a drafter that reads it fails at the first served decode round).
+    """
+    return sorted({1, num_layers // 2, num_layers - 2})
 
 
 # ---------------------------------------------------------------- a. text
@@ -160,6 +175,28 @@ def train_target(args: argparse.Namespace, stream: torch.Tensor, cfg: Any, gen: 
     # Round to the shipped 16-bit weights now, so the drafter data is what the shipped target says.
     model = model.half().float().eval()
     return model, losses
+
+
+def load_trained_target(out: Path, args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
+    """``--reuse-target``: the target, tokenizer and target report a full run wrote to ``out``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, report_path = out / "target", out / "training_report.json"
+    if not (folder / "config.json").is_file() or not report_path.is_file():
+        raise SystemExit(f"--reuse-target: {folder} or {report_path} is missing; run without it first")
+    report = json.loads(report_path.read_text())["target"]
+    if (report.get("steps"), report.get("batch")) != (args.target_steps, args.target_batch):
+        raise SystemExit("--reuse-target: the target in --out was trained with other --target-steps/-batch")
+    tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    target = AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, dtype=torch.float32)
+    return target.eval(), tok, report
+
+
+def replay_target_draws(args: argparse.Namespace, stream: torch.Tensor, gen: torch.Generator) -> None:
+    """Advance ``gen`` exactly as ``train_target`` does (one batch of start offsets per step)."""
+    n_start = len(stream) - args.seq - 1
+    for _ in range(args.target_steps):
+        torch.randint(0, n_start, (args.target_batch,), generator=gen)
 
 
 # ---------------------------------------------------------------- d. drafter data
@@ -341,17 +378,30 @@ def main(argv: list[str] | None = None) -> int:
     timings: dict[str, float] = {}
 
     texts, held = load_texts(args)
-    tok = train_tokenizer(texts, args.vocab, out / "target")
-    stream = token_stream(tok, texts)
+    if args.reuse_target:
+        target, tok, target_report = load_trained_target(out, args)
+        stream = token_stream(tok, texts)
+        replay_target_draws(args, stream, gen)
+    else:
+        tok = train_tokenizer(texts, args.vocab, out / "target")
+        stream = token_stream(tok, texts)
     eos, mask_id = tok.convert_tokens_to_ids(EOS), tok.convert_tokens_to_ids(MASK)
     timings["tokenizer_s"] = time.time() - t0
 
     tcfg = target_config(args, len(tok), eos)
-    t = time.time()
-    target, target_losses = train_target(args, stream, tcfg, gen, bar)
-    timings["target_s"] = time.time() - t
-    target.half().save_pretrained(str(out / "target"))
-    target.float()
+    if not args.reuse_target:
+        t = time.time()
+        target, target_losses = train_target(args, stream, tcfg, gen, bar)
+        timings["target_s"] = time.time() - t
+        target.half().save_pretrained(str(out / "target"))
+        target.float()
+        target_report = {
+            "layers": args.layers, "hidden": args.hidden, "heads": args.heads, "kv_heads": args.kv_heads,
+            "intermediate": args.intermediate, "seq": args.seq, "steps": args.target_steps,
+            "batch": args.target_batch, "loss_first": target_losses[0],
+            "loss_last_50": sum(target_losses[-50:]) / len(target_losses[-50:]),
+            "parameters": sum(p.numel() for p in target.parameters()),
+        }
     for p in target.parameters():
         p.requires_grad_(False)
 
@@ -359,8 +409,10 @@ def main(argv: list[str] | None = None) -> int:
     starts = torch.randint(0, len(stream) - args.prompt_len, (args.gen_seqs,), generator=gen)
     prompts = torch.stack([stream[s : s + args.prompt_len] for s in starts.tolist()])
     seqs = greedy_continuations(target, prompts, args.gen_len, 64, bar)
-    layer_ids = [int(x) for x in args.target_layer_ids.split(",")] if args.target_layer_ids else sorted(
-        {1, args.layers // 2, args.layers - 1}
+    layer_ids = (
+        [int(x) for x in args.target_layer_ids.split(",")]
+        if args.target_layer_ids
+        else servable_layer_ids(args.layers)
     )
     feats = context_features(target, seqs, layer_ids, 64)
     timings["data_s"] = time.time() - t
@@ -391,17 +443,12 @@ def main(argv: list[str] | None = None) -> int:
         "python": sys.version.split()[0],
         "text": {"files": len(texts), "chars": sum(map(len, texts)), "tokens": len(stream)},
         "tokenizer": {"vocab": len(tok), "mask_token_id": mask_id, "eos_token_id": eos},
-        "target": {
-            "layers": args.layers, "hidden": args.hidden, "heads": args.heads, "kv_heads": args.kv_heads,
-            "intermediate": args.intermediate, "seq": args.seq, "steps": args.target_steps,
-            "batch": args.target_batch, "loss_first": target_losses[0],
-            "loss_last_50": sum(target_losses[-50:]) / len(target_losses[-50:]),
-            "parameters": sum(p.numel() for p in target.parameters()),
-        },
+        "target": target_report,
         "drafter_data": {"sequences": args.gen_seqs, "prompt_len": args.prompt_len, "gen_len": args.gen_len},
         "block_size": args.block_size,
         "target_layer_ids": layer_ids,
         "drafters": report_drafters,
+        "target_reused": bool(args.reuse_target),
         "wall_time_s": {k: round(v, 1) for k, v in timings.items()},
     }
     (out / "training_report.json").write_text(json.dumps(report, indent=2) + "\n")
