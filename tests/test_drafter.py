@@ -11,7 +11,7 @@ from safetensors.torch import save_file
 
 from sglang_dspark_plugin.census import census
 from sglang_dspark_plugin.engine.drafter import DraftCache, load_drafter, new_draft_model
-from sglang_dspark_plugin.errors import InvalidCheckpointError, UnsupportedCheckpointError
+from sglang_dspark_plugin.errors import InvalidCheckpointError
 
 torch.set_num_threads(2)
 
@@ -227,12 +227,19 @@ def test_legacy_logit_head_prefix_is_normalised(tmp_path):
     cfg = _config()
     model = new_draft_model(cfg, seed=0)
     state = dict(model.state_dict())
-    # A confidence head never changes the drafted tokens: loads, and is not part of the model.
-    state["logit_head.confidence_head.proj.weight"] = torch.zeros(1, H)
-    assert set(load_drafter(_write(tmp_path / "ok", cfg, state)).state_dict()) == set(model.state_dict())
-    state["logit_head.markov_head.markov_w1.weight"] = torch.zeros(256, 8)
-    with pytest.raises(UnsupportedCheckpointError, match="markov_head.markov_w1.weight"):
-        load_drafter(_write(tmp_path / "markov", cfg, state))
+    # Old SpecForge heads under logit_head.: loaded under sglang's names, the rank read off markov_w1.
+    state["logit_head.confidence_head.proj.weight"] = torch.full((1, H), 0.5)
+    state["logit_head.confidence_head.proj.bias"] = torch.ones(1)
+    state["logit_head.markov_head.markov_w1.weight"] = torch.full((256, 8), 2.0)
+    state["logit_head.markov_head.markov_w2.weight"] = torch.full((256, 8), 3.0)
+    loaded = load_drafter(_write(tmp_path / "legacy", cfg, state))
+    assert set(loaded.state_dict()) == set(model.state_dict()) | {
+        "confidence_head.proj.weight", "confidence_head.proj.bias",
+        "markov_head.markov_w1.weight", "markov_head.markov_w2.weight",
+    }
+    assert float(loaded.markov_head.markov_w2.weight[0, 0].detach()) == 3.0
+    assert loaded.describe()["markov_head"] == {"type": "vanilla", "rank": 8}
+    assert loaded.describe()["confidence_head"] == {"with_markov": False, "input_width": H}
 
 
 def test_missing_and_unexpected_keys_are_listed(tmp_path):

@@ -8,7 +8,9 @@ non-causal and sees every cached context row, exactly like z-lab ``dflash/model.
 ``dflash.py``; the parameter names are theirs, so their checkpoints load unchanged.
 
 The two training strategies (DFlash mask-fill, DSpark shifted) share this backbone; which rows to
-harvest is the business of ``DsparkHarvest``, not of the model.
+harvest is the business of ``DsparkHarvest``, not of the model. A DSpark checkpoint may add a Markov
+head (``markov_head.*``: each draft's logits get a bias from the previous draft, see ``markov``) and a
+confidence head (``confidence_head.*``); both load under sglang's and SpecForge's names.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import InvalidCheckpointError, UnsupportedCheckpointError
+from .markov import MARKOV_HEAD_TYPES, ConfidenceHead, VanillaMarkov, build_markov_head, describe_heads
 
 if TYPE_CHECKING:
     from ..draft_config import DflashCfg
@@ -30,8 +33,9 @@ WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 # Old SpecForge checkpoints wrote their heads under this prefix (SpecForge dflash.py normalises it too).
 LEGACY_HEAD_PREFIX = "logit_head."
-# Heads that never change the drafted tokens (acceptance predictors) are not part of this model.
-IGNORED_PREFIXES = ("confidence_head.", "rotary_emb.")
+# Buffers some exports write (recomputed here, never trained).
+IGNORED_PREFIXES = ("rotary_emb.",)
+MARKOV_PREFIX, CONFIDENCE_PREFIX = "markov_head.", "confidence_head."
 
 
 class DraftCache:
@@ -217,10 +221,38 @@ class DFlashDraftModel(nn.Module):
         self.norm = RMSNorm(h, config.rms_norm_eps)
         head_dim = getattr(config, "head_dim", None) or h // config.num_attention_heads
         self.rotary_emb = RotaryEmbedding(head_dim, _rope_theta(config))
+        # DSpark heads, from the top-level keys as sglang's model builder reads them (load_drafter
+        # hoists every other spelling there first, as SpecForge's export normaliser does)
+        rank = int(getattr(config, "markov_rank", None) or 0)
+        head_type = str(getattr(config, "markov_head_type", None) or "vanilla").lower()
+        self.markov_head: VanillaMarkov | None = (
+            build_markov_head(head_type, vocab_size=config.vocab_size, markov_rank=rank, hidden_size=h)
+            if rank > 0
+            else None
+        )
+        self.confidence_head: ConfidenceHead | None = (
+            ConfidenceHead(
+                hidden_size=h,
+                markov_rank=rank,
+                with_markov=bool(getattr(config, "confidence_head_with_markov", False)),
+            )
+            if getattr(config, "enable_confidence_head", False)
+            else None
+        )
 
     def new_cache(self) -> DraftCache:
         """An empty context cache sized for this model."""
         return DraftCache(len(self.layers))
+
+    def describe(self) -> dict[str, Any]:
+        """The drafter's summary: geometry inputs and its DSpark heads (``None`` where absent)."""
+        return {
+            "architecture": (list(getattr(self.config, "architectures", None) or []) or [None])[0],
+            "block_size": self.block_size,
+            "mask_token_id": self.mask_token_id,
+            "target_layer_ids": list(self.target_layer_ids),
+            **describe_heads(self.markov_head, self.confidence_head),
+        }
 
     def extract_context_feature(self, hidden_states: tuple[torch.Tensor, ...]) -> torch.Tensor:
         """HF ``output_hidden_states`` tuple -> ``[B, S, K*H]`` (layer l's OUTPUT = hidden_states[l+1])."""
@@ -272,10 +304,10 @@ def new_draft_model(config: dict[str, Any], *, seed: int | None = None) -> DFlas
     model = DFlashDraftModel(_as_config(config))
     std = float(config.get("initializer_range", 0.02))
     for module in model.modules():
-        if isinstance(module, nn.Linear):
+        if isinstance(module, (nn.Linear, nn.Embedding)):  # Embedding: a Markov head's markov_w1
             nn.init.normal_(module.weight, std=std)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
     return model
 
 
@@ -317,12 +349,14 @@ def load_drafter(
     *,
     cfg: DflashCfg | None = None,
 ) -> DFlashDraftModel:
-    """Load a z-lab or SpecForge format drafter (config.json + model.safetensors).
+    """Load a z-lab or SpecForge format drafter (config.json + model.safetensors), DSpark heads included.
 
     The config is read through the checkpoint census (pass ``cfg`` when the caller has already taken
     it); the weight names are checked strictly: missing or unexpected keys raise
-    ``InvalidCheckpointError`` listing them, a Markov head raises ``UnsupportedCheckpointError`` (the
-    reference engine drafts greedily from ``lm_head`` only).
+    ``InvalidCheckpointError`` listing them. A Markov head takes its rank from the census (or from
+    ``markov_w1`` when the config names none) and its type from ``markov_head_type`` in any spelling
+    sglang or SpecForge writes; a confidence head is loaded when the weights hold one, with or without
+    the Markov features as its width says.
     """
     if cfg is None:
         from ..census import census
@@ -338,6 +372,9 @@ def load_drafter(
         dcfg["mask_token_id"] = cfg.mask_token_id
     raw["dflash_config"] = dcfg
     raw["block_size"] = cfg.block_size
+    state = {_normalize_key(k): v for k, v in _read_state_dict(folder).items()}
+    state = {k: v for k, v in state.items() if not k.startswith(IGNORED_PREFIXES)}
+    raw.update(_head_keys(folder, raw, cfg, state))
     try:
         model = DFlashDraftModel(_as_config(raw))
     except (TypeError, AttributeError, KeyError, ValueError) as exc:
@@ -350,19 +387,18 @@ def load_drafter(
             where=str(folder / "config.json"),
         ) from exc
 
-    state = {_normalize_key(k): v for k, v in _read_state_dict(folder).items()}
-    markov = sorted(k for k in state if k.startswith("markov_head."))
-    if markov:
-        raise UnsupportedCheckpointError(
-            f"{folder}: the checkpoint has a Markov head ({markov[0]}, ...); the reference engine drafts "
-            "from lm_head only and cannot reproduce its tokens. Serve it with sglang's DSPARK worker, or "
-            "export the drafter without a Markov head (markov_rank 0)",
-            where=str(folder),
-        )
-    state = {k: v for k, v in state.items() if not k.startswith(IGNORED_PREFIXES)}
     expected = model.state_dict()
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
+    head_missing = [k for k in missing if k.startswith(MARKOV_PREFIX)]
+    head_unexpected = [k for k in unexpected if k.startswith(MARKOV_PREFIX)]
+    if head_missing or head_unexpected:
+        raise InvalidCheckpointError(
+            f"{folder}: the Markov head weights do not fit markov_head_type {raw['markov_head_type']!r} "
+            f"(missing {head_missing}, unexpected {head_unexpected}); set markov_head_type to the head "
+            f"the checkpoint was trained with ({', '.join(MARKOV_HEAD_TYPES)})",
+            where=str(folder / "config.json"),
+        )
     if missing or unexpected:
         raise InvalidCheckpointError(
             f"{folder}: weights do not match the DFlash drafter described by config.json: "
@@ -383,6 +419,88 @@ def load_drafter(
         )
     model.load_state_dict(state, strict=True)
     return model.to(device=device, dtype=dtype).eval()
+
+
+# sglang 0.5.23's precedence (``parse_dspark_draft_config``): the prefixed key, then dspark_config over
+# dflash_config, then text_config, then the top level; 0.5.17 reads the same minus dflash_config.
+_HEAD_KEY_SECTIONS = ("dspark_config", "dflash_config", "text_config")
+
+
+def _spellings(raw: dict[str, Any], key: str) -> dict[str, Any]:
+    """Every non-null spelling of a DSpark head key in the config, as ``{dotted key: value}``."""
+    found = {}
+    if raw.get(f"dspark_{key}") is not None:
+        found[f"dspark_{key}"] = raw[f"dspark_{key}"]
+    for section in _HEAD_KEY_SECTIONS:
+        node = raw.get(section)
+        if isinstance(node, dict) and node.get(key) is not None:
+            found[f"{section}.{key}"] = node[key]
+    if raw.get(key) is not None:
+        found[key] = raw[key]
+    return found
+
+
+def _head_keys(
+    folder: Path, raw: dict[str, Any], cfg: DflashCfg, state: dict[str, torch.Tensor]
+) -> dict[str, Any]:
+    """The DSpark head keys, hoisted to the top level where ``DFlashDraftModel`` reads them."""
+    config = str(folder / "config.json")
+    rank = cfg.markov_rank
+    if any(k.startswith(MARKOV_PREFIX) for k in state):
+        w1 = state.get(f"{MARKOV_PREFIX}markov_w1.weight")
+        if w1 is None or w1.dim() != 2:
+            raise InvalidCheckpointError(
+                f"{folder}: Markov head tensors without a 2-d markov_head.markov_w1.weight "
+                f"(got {None if w1 is None else tuple(w1.shape)}); every Markov head type has one "
+                "[vocab_size, markov_rank] table. Re-export the checkpoint.",
+                where=str(folder / WEIGHTS_FILE),
+            )
+        if rank is None:  # the config is silent: the tensors are the only statement of the rank
+            rank = int(w1.shape[1])
+        elif rank != int(w1.shape[1]):
+            raise InvalidCheckpointError(
+                f"{config}: markov_rank {rank} but markov_head.markov_w1.weight has shape "
+                f"{tuple(w1.shape)} (rank {int(w1.shape[1])}); set markov_rank to the trained rank.",
+                where=config,
+            )
+    elif rank:
+        raise InvalidCheckpointError(
+            f"{config}: markov_rank {rank} but the weights hold no markov_head.* tensor; export the "
+            "checkpoint with its Markov head, or set markov_rank 0 if it was trained without one.",
+            where=config,
+        )
+    types = {k: str(v).lower() for k, v in _spellings(raw, "markov_head_type").items()}
+    if len(set(types.values())) > 1:
+        raise InvalidCheckpointError(
+            f"{config}: the Markov head types disagree ({types}); keep the one used in training.",
+            where=config,
+        )
+    head_type = next(iter(types.values()), "vanilla")  # sglang's and SpecForge's default
+    if rank and head_type not in MARKOV_HEAD_TYPES:
+        raise UnsupportedCheckpointError(
+            f"{config}: markov_head_type {head_type!r} is not one sglang builds "
+            f"({', '.join(MARKOV_HEAD_TYPES)}); the reference engine drafts with those only.",
+            where=config,
+        )
+    conf = state.get(f"{CONFIDENCE_PREFIX}proj.weight")
+    with_markov = False
+    if conf is not None:
+        hidden = int(raw.get("hidden_size") or 0)
+        width = int(conf.shape[-1])
+        with_markov = bool(rank) and width == hidden + rank
+        if width != hidden and not with_markov:
+            raise InvalidCheckpointError(
+                f"{folder}: confidence_head.proj.weight has shape {tuple(conf.shape)}, but its input is "
+                f"hidden_size {hidden} (rows alone) or {hidden} + markov_rank {rank or 0} (with the Markov "
+                "features); re-export the checkpoint or fix hidden_size / markov_rank.",
+                where=str(folder / WEIGHTS_FILE),
+            )
+    return {
+        "markov_rank": rank or 0,
+        "markov_head_type": head_type,
+        "enable_confidence_head": conf is not None,
+        "confidence_head_with_markov": with_markov,
+    }
 
 
 __all__ = ["DraftCache", "DFlashDraftModel", "new_draft_model", "load_drafter"]

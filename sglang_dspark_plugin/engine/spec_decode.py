@@ -5,6 +5,7 @@ A round, batch size 1, anchor = the last committed token at position p:
 1. draft:   the drafter reads ``[anchor, MASK x (b-1)]`` (embedded with the target's own input
             embeddings) plus the target's context features, and returns one hidden row per input row;
 2. harvest: ``DsparkHarvest`` alone says which rows are the drafts d1..d_gamma (draft j -> p+j);
+            a DSpark Markov head then drafts them row by row, each biased by the draft before it;
 3. verify:  ONE target forward over ``[anchor, d1..d_gamma]`` on the target's KV cache;
 4. accept:  the longest prefix of drafts the target agrees with, then the target's own bonus token;
 5. commit:  crop the target cache to the committed tokens and hand the drafter their features.
@@ -25,6 +26,7 @@ import torch
 
 from ..harvest import DsparkHarvest
 from ..telemetry import AcceptTelemetry, TelemetrySettings
+from .markov import draft_block
 from .probe import ProbeRound
 
 QUIET = TelemetrySettings(accept_log_level=None, summary_every=0, alarm_threshold=0)
@@ -170,12 +172,19 @@ def speculative_round(
     hidden = drafter(noise, state.context_feature, positions, cache=state.draft_cache)
 
     # harvest: the convention's single say in the round; draft j is row first_row + j - 1
-    draft_logits = target.get_output_embeddings()(hidden[0, first_row : first_row + gamma]).float()
-    if temperature > 0:
-        q = torch.softmax(draft_logits / temperature, dim=-1)
+    rows = hidden[0, first_row : first_row + gamma]
+    draft_logits = target.get_output_embeddings()(rows)
+    if drafter.markov_head is not None:
+        # semi-autoregressive: draft j's logits get a bias from draft j-1 (the anchor for j = 1)
+        drafts, q = draft_block(
+            drafter.markov_head, draft_logits, rows, block[0, :1],
+            temperature=temperature, generator=generator,
+        )
+    elif temperature > 0:
+        q = torch.softmax(draft_logits.float() / temperature, dim=-1)
         drafts = _sample(q, generator)
     else:
-        drafts = draft_logits.argmax(-1)
+        drafts = draft_logits.float().argmax(-1)
 
     # verify: one target forward over [anchor, d1..d_gamma] (positions p..p+gamma)
     verify_ids = torch.cat([block[0, :1], drafts]).unsqueeze(0)
