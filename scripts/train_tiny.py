@@ -1,15 +1,18 @@
 #!/usr/bin/env python
-"""Train the embedded tiny target and its two tiny drafters on text available offline.
+"""Train the embedded tiny target and its tiny drafters on text available offline.
 
 Steps (all seeded, CPU, reproducible for a given torch build and thread count):
   a. text: a fixed, sorted subset of the running interpreter's standard-library sources;
   b. a byte-level BPE tokenizer (with a ``<|MASK|>`` special token) saved as a transformers fast tokenizer;
   c. a small ``Qwen3ForCausalLM`` target trained as a causal LM;
   d. drafter data: the target's own greedy continuations of prompts cut from the text;
-  e. two 1-layer drafters on the same target features: DFlash objective (row k -> token at anchor+k,
-     anchor row not in the loss) and DSpark objective (row k -> token at anchor+k+1, all rows);
+  e. three 1-layer drafters on the same target features, in this order: DFlash objective (row k ->
+     token at anchor+k, anchor row not in the loss), DSpark objective (row k -> token at anchor+k+1,
+     all rows, CE only), and a SpecForge-shaped DSpark drafter (``drafter-dspark-markov``: block 7, a
+     vanilla Markov head and a confidence head, SpecForge's 0.1 CE + 0.9 L1 + 1.0 BCE objective);
   f. export: target with ``save_pretrained`` (float16), drafters in SpecForge format
-     (config.json + model.safetensors, float16), prompts.json and training_report.json.
+     (config.json + model.safetensors, float16; the Markov drafter in SpecForge's sglang-normalised
+     spelling), prompts.json and training_report.json.
 
 Default sizes take about 25 minutes on 2 CPU cores; ``--help`` lists the knobs a tiny smoke run uses.
 """
@@ -36,6 +39,10 @@ DEFAULT_OUT = REPO / "sglang_dspark_plugin" / "embedded"
 EOS, MASK = "<|endoftext|>", "<|MASK|>"
 # Every HELD_OUT_EVERY-th stdlib file is kept out of training and feeds the fixed prompt list.
 HELD_OUT_EVERY = 8
+# Trained in this order; a drafter left out of --drafters has its random draws replayed instead.
+DRAFTERS = ("dflash", "dspark", "dspark-markov")
+# SpecForge's default DSpark objective (specforge/config/schema.py): CE, L1 and confidence weights.
+CE_ALPHA, L1_ALPHA, CONFIDENCE_ALPHA = 0.1, 0.9, 1.0
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -66,6 +73,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--anchors", type=int, default=16, help="blocks per sequence per step")
     p.add_argument("--draft-lr", type=float, default=2e-3)
     p.add_argument("--loss-decay", type=float, default=4.0, help="weight exp(-(j-1)/gamma) of draft j")
+    p.add_argument("--drafters", type=str, default=",".join(DRAFTERS),
+                   help=f"comma list of drafters to train (default: all of {', '.join(DRAFTERS)}); the "
+                   "random draws of the others are replayed, so each equals the one of a full run")
+    p.add_argument("--markov-block-size", type=int, default=7,
+                   help="block size of drafter-dspark-markov (SpecForge's DSpark configs use 7)")
+    p.add_argument("--markov-rank", type=int, default=32, help="rank of its vanilla Markov head")
+    p.add_argument("--markov-loss-decay", type=float, default=4.0,
+                   help="its weight exp(-k/gamma) of row k (SpecForge's DSpark recipes: gamma 4)")
     p.add_argument("--n-prompts", type=int, default=8)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument(
@@ -73,7 +88,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="load the target and tokenizer already in --out instead of training them; the random "
         "draws of steps b-c are replayed, so the drafters equal those of a full run",
     )
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.drafters = [d.strip() for d in args.drafters.split(",") if d.strip()]
+    unknown = sorted(set(args.drafters) - set(DRAFTERS))
+    if unknown or not args.drafters:
+        p.error(f"--drafters: unknown {unknown or 'empty list'}; choose from {', '.join(DRAFTERS)}")
+    return args
 
 
 def servable_layer_ids(num_layers: int) -> list[int]:
@@ -232,6 +252,15 @@ def context_features(target: Any, seqs: torch.Tensor, layer_ids: list[int], batc
     return torch.cat(feats)
 
 
+@torch.no_grad()
+def target_last_hidden(target: Any, seqs: torch.Tensor, batch: int) -> torch.Tensor:
+    """The target's final (normed) hidden state at every position, float16: lm_head of it is its logits."""
+    out = []
+    for i in range(0, len(seqs), batch):
+        out.append(target(input_ids=seqs[i : i + batch], output_hidden_states=True).hidden_states[-1].half())
+    return torch.cat(out)
+
+
 # ---------------------------------------------------------------- e. drafters
 def drafter_config(args: argparse.Namespace, tcfg: Any, mask_id: int, layer_ids: list[int],
                    strategy: str) -> dict[str, Any]:
@@ -341,6 +370,116 @@ def train_drafter(
     return draft.eval(), losses
 
 
+def replay_drafter_draws(args: argparse.Namespace, seqs: torch.Tensor, gen: torch.Generator) -> None:
+    """Advance ``gen`` exactly as one drafter's training does: per step, the batch pick and then one
+    anchor permutation per sequence (``block_batch``; neither depends on the block size)."""
+    n_candidates = seqs.shape[1] - 2 - (args.prompt_len - 1) + 1
+    for _ in range(args.draft_steps):
+        torch.randint(0, len(seqs), (args.draft_batch,), generator=gen)
+        for _ in range(args.draft_batch):
+            torch.randperm(n_candidates, generator=gen)
+
+
+def markov_drafter_config(args: argparse.Namespace, tcfg: Any, mask_id: int, layer_ids: list[int]) -> dict:
+    """SpecForge's DSpark config (Markov keys in dflash_config), normalised for sglang the way
+    SpecForge's ``normalize_dflash_export.py`` does it: the keys hoisted to the top level and the
+    architecture ``Qwen3DSparkModel``, a class both sglang 0.5.17 and 0.5.23 register."""
+    cfg = drafter_config(args, tcfg, mask_id, layer_ids, "dspark")
+    heads = {
+        "markov_rank": args.markov_rank,
+        "markov_head_type": "vanilla",
+        "enable_confidence_head": True,
+        "confidence_head_with_markov": True,
+    }
+    cfg["dflash_config"].update(heads, confidence_head_alpha=CONFIDENCE_ALPHA)
+    cfg.update(heads, architectures=["Qwen3DSparkModel"], block_size=args.markov_block_size)
+    return cfg
+
+
+def markov_logits(head: Any, base: torch.Tensor, hidden: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
+    """Teacher-forced Markov logits of blocks of ``prev.shape[-1]`` rows: row k's bias comes from the
+    ground-truth token before its label (the anchor for row 0), through the same ``step_bias`` the
+    engine drafts with, the recurrence (rnn) running inside each block as at inference.
+
+    ``base`` ``[n, rows, V]``, ``hidden`` ``[n, rows, H]``, ``prev`` ``[n, blocks, b]``.
+    """
+    b = prev.shape[-1]
+    base_b, hid_b = base.reshape(-1, b, base.shape[-1]), hidden.reshape(-1, b, hidden.shape[-1])
+    prev_b = prev.reshape(-1, b)
+    state = head.init_state(hid_b[:, 0])
+    rows = []
+    for k in range(b):
+        bias, state = head.step_bias(prev_b[:, k], hid_b[:, k], state)
+        rows.append(base_b[:, k] + bias)
+    return torch.stack(rows, dim=1).reshape(base.shape)
+
+
+def dspark_loss(logits: torch.Tensor, labels: torch.Tensor, teacher: torch.Tensor, confidence: torch.Tensor,
+                weights: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    """SpecForge's ``OnlineDSparkModel`` objective, token-pooled over the weighted rows.
+
+    CE against the labels; L1 between the draft's and the target's next-token distributions; BCE of
+    the confidence logit against the acceptance probability ``1 - L1 / 2`` (detached), the chance that
+    speculative sampling keeps the draft. All ``[..., V]`` / ``[...]`` tensors, ``weights`` 0 off-label.
+    """
+    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none")
+    l1 = (torch.softmax(logits.float(), -1) - teacher).abs().sum(-1).reshape(-1)
+    accept = (1.0 - 0.5 * l1).clamp(0.0, 1.0).detach()
+    bce = F.binary_cross_entropy_with_logits(confidence.float().reshape(-1), accept, reduction="none")
+    w = weights.reshape(-1)
+    den = w.sum().clamp(min=1e-6)
+    parts = {"ce": (ce * w).sum() / den, "l1": (l1 * w).sum() / den, "confidence_bce": (bce * w).sum() / den}
+    loss = CE_ALPHA * parts["ce"] + L1_ALPHA * parts["l1"] + CONFIDENCE_ALPHA * parts["confidence_bce"]
+    return loss, {k: float(v.detach()) for k, v in parts.items()}
+
+
+def train_markov_drafter(
+    args: argparse.Namespace, cfg: dict[str, Any], target: Any, seqs: torch.Tensor, feats: torch.Tensor,
+    last_hidden: torch.Tensor, gen: torch.Generator, bar: bool,
+) -> tuple[Any, list[float], list[dict[str, float]]]:
+    """The DSpark (shifted) drafter with a Markov and a confidence head, SpecForge's objective."""
+    from sglang_dspark_plugin.engine.drafter import new_draft_model
+
+    b, mask_id = cfg["block_size"], cfg["dflash_config"]["mask_token_id"]
+    draft = new_draft_model(cfg, seed=args.seed).float().train()
+    embed, lm_head = target.get_input_embeddings(), target.lm_head
+    row_w = torch.exp(-torch.arange(b).float() / args.markov_loss_decay)  # SpecForge: exp(-k / gamma)
+    opt = torch.optim.AdamW(draft.parameters(), lr=args.draft_lr, weight_decay=0.0)
+    s = seqs.shape[1]
+    ctx_pos = torch.arange(s)
+    losses: list[float] = []
+    parts: list[dict[str, float]] = []
+    for step in tqdm(range(args.draft_steps), desc="drafter dspark-markov", disable=not bar):
+        pick = torch.randint(0, len(seqs), (args.draft_batch,), generator=gen)
+        x = seqs[pick]
+        ids, pos, labels, valid, mask = block_batch(
+            x, args.prompt_len - 1, b, args.anchors, "dspark", mask_id, gen
+        )
+        n = len(x)
+        with torch.no_grad():
+            noise = embed(ids)
+            # the target's distribution over each label: its logits at the position before the label
+            at = pos.clamp(max=s - 1)[..., None].expand(-1, -1, last_hidden.shape[-1])
+            teacher = torch.softmax(lm_head(torch.gather(last_hidden[pick], 1, at).float()).float(), -1)
+        position_ids = torch.cat([ctx_pos.expand(n, -1), pos], dim=1)
+        hidden = draft(noise, feats[pick].float(), position_ids, attention_mask=mask)
+        blocks = labels.view(n, -1, b)
+        prev = torch.cat([ids.view(n, -1, b)[..., :1], blocks[..., :-1]], dim=-1)  # anchor, then labels
+        logits = markov_logits(draft.markov_head, lm_head(hidden), hidden, prev)
+        confidence = draft.confidence_head(hidden, draft.markov_head.get_prev_embeddings(prev.reshape(n, -1)))
+        w = row_w.repeat(ids.shape[1] // b)[None].expand_as(valid) * valid
+        loss, part = dspark_loss(logits, labels, teacher, confidence, w)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, args.draft_steps, args.draft_lr)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
+        opt.step()
+        losses.append(float(loss.detach()))
+        parts.append(part)
+    return draft.eval(), losses, parts
+
+
 # ---------------------------------------------------------------- f. export
 def export_drafter(draft: Any, cfg: dict[str, Any], folder: Path) -> None:
     from safetensors.torch import save_file
@@ -415,22 +554,42 @@ def main(argv: list[str] | None = None) -> int:
         else servable_layer_ids(args.layers)
     )
     feats = context_features(target, seqs, layer_ids, 64)
+    last_hidden = target_last_hidden(target, seqs, 64) if "dspark-markov" in args.drafters else None
     timings["data_s"] = time.time() - t
 
     report_drafters = {}
-    for strategy in ("dflash", "dspark"):
+    for name in DRAFTERS:  # the order fixes the random draws each drafter sees
+        if name not in args.drafters:
+            replay_drafter_draws(args, seqs, gen)
+            continue
         t = time.time()
-        cfg = drafter_config(args, tcfg, mask_id, layer_ids, strategy)
-        draft, losses = train_drafter(args, strategy, cfg, target, seqs, feats, gen, bar)
-        export_drafter(draft, cfg, out / f"drafter-{strategy}")
-        timings[f"drafter_{strategy}_s"] = time.time() - t
-        report_drafters[strategy] = {
+        if name == "dspark-markov":
+            cfg = markov_drafter_config(args, tcfg, mask_id, layer_ids)
+            draft, losses, parts = train_markov_drafter(args, cfg, target, seqs, feats, last_hidden, gen, bar)
+        else:
+            cfg = drafter_config(args, tcfg, mask_id, layer_ids, name)
+            draft, losses = train_drafter(args, name, cfg, target, seqs, feats, gen, bar)
+            parts = []
+        export_drafter(draft, cfg, out / f"drafter-{name}")
+        timings[f"drafter_{name}_s"] = time.time() - t
+        report_drafters[name] = {
             "architecture": cfg["architectures"][0],
+            "block_size": cfg["block_size"],
             "steps": args.draft_steps,
             "loss_first": losses[0],
             "loss_last_50": sum(losses[-50:]) / len(losses[-50:]),
             "parameters": sum(p.numel() for p in draft.parameters()),
         }
+        if parts:
+            report_drafters[name]["markov_rank"] = cfg["markov_rank"]
+            report_drafters[name]["loss_parts_last_50"] = {
+                k: sum(p[k] for p in parts[-50:]) / len(parts[-50:]) for k in parts[0]
+            }
+    if args.reuse_target and (out / "training_report.json").is_file():
+        # the target is the one those drafters were trained on: keep the entries of drafters not retrained
+        previous = json.loads((out / "training_report.json").read_text()).get("drafters", {})
+        kept = [k for k in DRAFTERS if k in report_drafters or k in previous]
+        report_drafters = {k: report_drafters.get(k, previous.get(k)) for k in kept}
 
     (out / "prompts.json").write_text(
         json.dumps(pick_prompts(tok, held, args.n_prompts, args.prompt_len), indent=2) + "\n"

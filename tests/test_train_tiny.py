@@ -25,8 +25,9 @@ TINY = [
     "--kv-heads", "2", "--intermediate", "128", "--seq", "48", "--target-steps", "8",
     "--target-batch", "4", "--gen-seqs", "8", "--prompt-len", "12", "--gen-len", "20",
     "--block-size", "5", "--draft-steps", "6", "--draft-batch", "4", "--anchors", "4",
-    "--n-prompts", "2", "--quiet",
+    "--n-prompts", "2", "--markov-rank", "4", "--quiet",
 ]
+MARKOV = "drafter-dspark-markov"
 
 
 def _load_script():
@@ -90,9 +91,93 @@ def test_tiny_run_exports_loadable_models(tiny_runs):
     assert len(prompts) == 2 and all(isinstance(p, str) and p for p in prompts)
 
 
+def test_tiny_run_exports_the_specforge_shaped_markov_drafter(tiny_runs):
+    from transformers import AutoModelForCausalLM
+
+    from sglang_dspark_plugin.engine import autoregressive_generate, speculative_generate
+    from sglang_dspark_plugin.harvest import DsparkHarvest
+
+    out = tiny_runs[0]
+    folder = out / MARKOV
+    cfg = json.loads((folder / "config.json").read_text())
+    # SpecForge's sglang-normalised export: Markov keys hoisted to the top level, nested ones kept
+    heads = {"markov_rank": 4, "markov_head_type": "vanilla", "enable_confidence_head": True,
+             "confidence_head_with_markov": True}
+    assert {k: cfg[k] for k in heads} == heads and {k: cfg["dflash_config"][k] for k in heads} == heads
+    assert cfg["architectures"] == ["Qwen3DSparkModel"] and cfg["block_size"] == 7
+    assert cfg["dflash_config"]["projector_type"] == "dspark" and cfg["model_type"] == "qwen3"
+    report = json.loads((out / "training_report.json").read_text())["drafters"]
+    assert report["dspark-markov"]["block_size"] == 7 and report["dflash"]["block_size"] == 5
+    assert set(report["dspark-markov"]["loss_parts_last_50"]) == {"ce", "l1", "confidence_bce"}
+    census_cfg = census(folder)
+    assert census_cfg.strategy_dspark and census_cfg.markov_rank == 4 and census_cfg.block_size == 7
+    drafter = load_drafter(folder)
+    assert drafter.describe()["markov_head"] == {"type": "vanilla", "rank": 4}
+    assert drafter.describe()["confidence_head"] == {"with_markov": True, "input_width": 64 + 4}
+    assert float(drafter.markov_head.markov_w2.weight.detach().abs().max()) > 0
+    target = AutoModelForCausalLM.from_pretrained(out / "target", local_files_only=True, dtype=torch.float32)
+    prompt = list(range(2, 14))
+    ref = autoregressive_generate(target, prompt, 16).tokens
+    for harvest in DsparkHarvest:  # the exported drafter runs in the engine, exactly
+        assert speculative_generate(target, drafter, prompt, harvest, 16).tokens == ref
+
+
+def test_a_subset_run_replays_the_other_drafters_draws(tiny_runs, tmp_path):
+    a = tiny_runs[0]
+    out = tmp_path / "markov-only"
+    _run(out, "--drafters", "dspark-markov")
+    assert not (out / "drafter-dflash").exists() and not (out / "drafter-dspark").exists()
+    assert _digest(out / MARKOV / "model.safetensors") == _digest(a / MARKOV / "model.safetensors")
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--drafters", "dspark,eagle"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--drafters: unknown ['eagle']" in proc.stderr
+
+
+def test_markov_training_logits_are_the_engines_drafting_logits_under_teacher_forcing():
+    """Training biases row k by the ground-truth token before its label; when the engine's greedy
+    drafts are those tokens, the engine's step logits are exactly the training logits."""
+    from sglang_dspark_plugin.engine.markov import build_markov_head, draft_block
+
+    script = _load_script()
+    g = torch.Generator().manual_seed(3)
+    for head_type in ("vanilla", "gated", "rnn"):
+        head = build_markov_head(head_type, vocab_size=11, markov_rank=3, hidden_size=8)
+        with torch.no_grad():
+            for p in head.parameters():
+                p.copy_(torch.randn(p.shape, generator=g))
+        base, hidden, anchor = torch.randn(2, 5, 11, generator=g), torch.randn(2, 5, 8, generator=g), [4, 7]
+        drafted = [
+            draft_block(head, base[i], hidden[i], torch.tensor(anchor[i]), temperature=0, generator=None)[0]
+            for i in range(2)
+        ]
+        prev = torch.stack([torch.cat([torch.tensor(anchor[i : i + 1]), drafted[i][:-1]]) for i in range(2)])
+        prev = prev[:, None]  # [n, blocks, b]: one block per sequence
+        with torch.no_grad():
+            logits = script.markov_logits(head, base, hidden, prev)
+        assert torch.equal(logits.argmax(-1), torch.stack(drafted)), head_type
+        assert not torch.equal(logits, base)
+
+
+def test_dspark_loss_is_specforges_mixture():
+    script = _load_script()
+    g = torch.Generator().manual_seed(4)
+    logits, teacher_logits = torch.randn(6, 9, generator=g), torch.randn(6, 9, generator=g)
+    teacher, labels = torch.softmax(teacher_logits, -1), torch.randint(0, 9, (6,), generator=g)
+    confidence, weights = torch.randn(6, generator=g), torch.tensor([1.0, 0.8, 0.5, 0.0, 1.0, 0.3])
+    loss, parts = script.dspark_loss(logits, labels, teacher, confidence, weights)
+    ce = -torch.log_softmax(logits, -1)[torch.arange(6), labels]
+    l1 = (torch.softmax(logits, -1) - teacher).abs().sum(-1)
+    accept = (1 - l1 / 2).clamp(0, 1)
+    sig = torch.sigmoid(confidence)
+    bce = -(accept * torch.log(sig) + (1 - accept) * torch.log(1 - sig))
+    want = ((0.1 * ce + 0.9 * l1 + 1.0 * bce) * weights).sum() / weights.sum()
+    torch.testing.assert_close(loss, want)
+    assert parts["l1"] == pytest.approx(float((l1 * weights).sum() / weights.sum()))
+
+
 def test_tiny_run_is_reproducible(tiny_runs):
     a, b = tiny_runs
-    for rel in ("target", "drafter-dflash", "drafter-dspark"):
+    for rel in ("target", "drafter-dflash", "drafter-dspark", MARKOV):
         rel = f"{rel}/model.safetensors"
         assert _digest(a / rel) == _digest(b / rel), rel
 
