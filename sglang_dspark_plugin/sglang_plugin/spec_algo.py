@@ -219,6 +219,7 @@ class DsparkHarvestSpecAlgo(CustomSpecAlgo):
         s = served(record)
         g = s.geometry
         check_width_flags(record, g, s.cfg.path)
+        refuse_uncapturable(record, s)
         refuse_unservable(s)
         member = builtin_member(g.harvest)
         block_flag = (
@@ -289,6 +290,31 @@ def refuse_disaggregation(server_args: Any) -> None:
         )
 
 
+def refuse_uncapturable(server_args: Any, s: Served) -> None:
+    """Refuse a drafter whose target layers sglang cannot capture from this target (before any load).
+
+    sglang would fail at the first decode round ("DFLASH target_hidden feature dim mismatch").
+    """
+    from ..capture import target_layer_count, uncapturable_message
+
+    if not s.cfg.target_layer_ids:
+        return
+    target = read_arg(server_args, "model_path")
+    architecture, layers = target_layer_count(str(target))
+    if layers is None:
+        return
+    why = uncapturable_message(
+        s.cfg.target_layer_ids, layers, where=f"{s.cfg.path}/config.json", target_architecture=architecture
+    )
+    if why:
+        raise ServeRefusal(
+            f"{ALGORITHM}: sglang cannot serve this drafter with target {target} ({architecture}, "
+            f"{layers} layers): {why}",
+            kind="unsupported",
+            where="target_layer_ids",
+        )
+
+
 def refuse_unservable(s: Served) -> None:
     """Refuse here, before any model loads, a draft the arm's worker would refuse after the target loaded."""
     from .workers import check_servable
@@ -340,6 +366,7 @@ __all__ = [
     "DsparkHarvestSpecAlgo",
     "builtin_member",
     "refuse_disaggregation",
+    "refuse_uncapturable",
     "refuse_unservable",
     "check_width_flags",
     "ARM_INDEPENDENT",

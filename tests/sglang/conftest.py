@@ -41,6 +41,7 @@ from sglang_dspark_plugin.sglang_plugin import resolution  # noqa: E402
 PLUGIN_LOGGER = "sglang_dspark_plugin"
 
 # A tiny Qwen3 target: prepare_server_args only reads its config.json (no weights, nothing downloaded).
+# 40 layers, so that sglang can capture every target layer id the fixture drafters name (<= 38).
 TARGET_CONFIG = {
     "architectures": ["Qwen3ForCausalLM"],
     "model_type": "qwen3",
@@ -49,7 +50,7 @@ TARGET_CONFIG = {
     "num_attention_heads": 4,
     "num_key_value_heads": 2,
     "head_dim": 8,
-    "num_hidden_layers": 4,
+    "num_hidden_layers": 40,
     "vocab_size": 256,
     "max_position_embeddings": 4096,
     "rms_norm_eps": 1e-6,

@@ -318,3 +318,35 @@ def test_served_accepts_the_record_and_the_recording_stand_in(target_dir: Path, 
     resolution.clear_cache()
     again = resolution.served(record)
     assert again is not first and again.geometry == first.geometry
+
+
+@pytest.mark.parametrize("layers", (7, 8))
+def test_uncapturable_target_layers_are_refused_before_any_load(layers, tmp_path, checkpoint_dir) -> None:
+    """sglang captures layer i's output before layer i+1: a Qwen3 target of N layers can give a
+    drafter layers 0..N-2 only. The embedded-style drafter reads [1, 4, 6]: servable from 8 layers,
+    not from 7 (layer 6 is then the last one)."""
+    from conftest import TARGET_CONFIG
+
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps({**TARGET_CONFIG, "num_hidden_layers": layers}))
+    draft = write_checkpoint(checkpoint_dir, "specforge_dflash")
+    cfg = json.loads((draft / "config.json").read_text())
+    cfg["dflash_config"]["target_layer_ids"] = [1, 4, 6]
+    cfg["num_target_layers"] = layers
+    servable = tmp_path / "draft"
+    servable.mkdir()
+    for f in draft.iterdir():
+        (servable / f.name).write_bytes(f.read_bytes())
+    (servable / "config.json").write_text(json.dumps(cfg))
+    if layers == 8:
+        _, view = resolve(target, servable)
+        assert int(view.speculative_num_draft_tokens) == 4  # mask-fill, block 4: the verify window
+        return
+    with pytest.raises(ValueError) as info:
+        resolve(target, servable)
+    err = info.value
+    assert isinstance(err, DsparkHarvestError) and err.kind == "unsupported"
+    msg = str(err)
+    assert "sglang cannot serve this drafter" in msg and "[1, 4, 6]" in msg and "[6]" in msg
+    assert "7 layers" in msg and "<= 5" in msg

@@ -1,0 +1,367 @@
+"""The served cases: one definition for the CPU served tests and for ``scripts/gpu_validate.py``.
+
+A *run* is one server configuration (algorithm, drafter, forced harvest); a *case* is a check over one
+or more runs. ``tests/sglang/test_served.py`` starts each run with sglang's real engine on CPU (with
+test-side CPU patches); ``scripts/gpu_validate.py --embedded`` launches the same runs on a GPU server.
+Both read this file, so the two cannot drift. Nothing here imports sglang or torch.
+
+Drafters are named by key: the embedded ones (``dflash``: mask-fill; ``dspark``: shifted, no Markov
+head), and ``dspark-zero-markov``: the embedded shifted drafter with a zero rank-1 vanilla Markov head
+added (``zero_markov_variant``), which sglang's builtin DSPARK can load, so the dspark arm can be
+compared with the builtin on the same weights.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PLUGIN = "DSPARK_HARVEST"
+MAX_NEW_TOKENS = 64
+CONCURRENT_REQUESTS = 8
+ALARM_ENV = {"MEMRA_DSPARK_ALARM_WARMUP": "8", "MEMRA_DSPARK_ALARM_WINDOW": "16"}
+"""A short alarm warm-up and window, so that 8 prompts x 64 tokens are enough to raise it."""
+
+MATCHED = {"dflash": "dflash", "dspark": "dspark", "dspark-zero-markov": "dspark"}
+"""The harvest each drafter was trained for."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One server configuration."""
+
+    name: str
+    algorithm: str
+    drafter: str
+    harvest: str | None = None  # MEMRA_DSPARK_HARVEST, None = the census decides
+    concurrent: bool = False  # also serve all prompts at once (overlap scheduler on)
+
+    @property
+    def plugin(self) -> bool:
+        return self.algorithm == PLUGIN
+
+    @property
+    def served_harvest(self) -> str:
+        """The harvest this run serves: the forced one, the census's, or the builtin's own."""
+        if self.harvest is not None:
+            return self.harvest
+        if self.algorithm == "DFLASH":
+            return "dflash"
+        if self.algorithm == "DSPARK":
+            return "dspark"
+        return MATCHED[self.drafter]
+
+    @property
+    def matched(self) -> bool:
+        return self.served_harvest == MATCHED[self.drafter]
+
+    def env(self) -> dict[str, str]:
+        """Environment of the server processes."""
+        if not self.plugin:
+            return {}
+        env = dict(ALARM_ENV)
+        if self.harvest is not None:
+            env["MEMRA_DSPARK_HARVEST"] = self.harvest
+        return env
+
+
+RUNS: dict[str, Run] = {
+    r.name: r
+    for r in (
+        Run("builtin-DFLASH/dflash", "DFLASH", "dflash"),
+        Run("plugin/dflash", PLUGIN, "dflash", concurrent=True),
+        Run("builtin-DSPARK/dspark-zero-markov", "DSPARK", "dspark-zero-markov"),
+        Run("plugin/dspark-zero-markov", PLUGIN, "dspark-zero-markov"),
+        Run("plugin/dspark", PLUGIN, "dspark", concurrent=True),
+        Run("plugin-forced-dflash/dflash", PLUGIN, "dflash", harvest="dflash"),
+        Run("plugin-forced-dspark/dflash", PLUGIN, "dflash", harvest="dspark"),
+        Run("plugin-forced-dspark/dspark", PLUGIN, "dspark", harvest="dspark"),
+        Run("plugin-forced-dflash/dspark", PLUGIN, "dspark", harvest="dflash"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    """A check over runs. ``kind``: identical | reference | collapse | concurrent."""
+
+    name: str
+    kind: str
+    runs: tuple[str, ...]
+    what: str = field(default="", compare=False)
+
+
+CASES: tuple[Case, ...] = (
+    Case(
+        "dflash-arm-is-builtin-DFLASH",
+        "identical",
+        ("builtin-DFLASH/dflash", "plugin/dflash"),
+        "census -> dflash arm: the same tokens and per-request accept lengths as sglang's DFLASH",
+    ),
+    Case(
+        "dspark-arm-is-builtin-DSPARK",
+        "identical",
+        ("builtin-DSPARK/dspark-zero-markov", "plugin/dspark-zero-markov"),
+        "census -> dspark arm on a Markov-head drafter: the same tokens and accept lengths as DSPARK",
+    ),
+    Case(
+        "served-equals-reference",
+        "reference",
+        ("plugin/dflash", "plugin/dspark", "plugin/dspark-zero-markov", "builtin-DSPARK/dspark-zero-markov"),
+        "every drafter under its matched harvest: tokens = reference engine = target greedy; the "
+        "per-request accept lengths equal the reference engine's (the zero-head route included)",
+    ),
+    Case(
+        "forced-harvest-collapse",
+        "collapse",
+        (
+            "plugin-forced-dflash/dflash",
+            "plugin-forced-dspark/dflash",
+            "plugin-forced-dspark/dspark",
+            "plugin-forced-dflash/dspark",
+        ),
+        "both drafters under both forced harvests: matched >= 2x mismatched, all lossless; the alarm "
+        "fires in the mismatched runs only",
+    ),
+    Case(
+        "concurrent-requests",
+        "concurrent",
+        ("plugin/dflash", "plugin/dspark"),
+        f"{CONCURRENT_REQUESTS} requests at once, overlap scheduler on: lossless, per-round batch sizes "
+        "consistent with the requests served",
+    ),
+)
+
+
+def runs_of(cases: tuple[Case, ...] = CASES) -> list[Run]:
+    """Every run the cases need, each once, in definition order."""
+    wanted = {name for case in cases for name in case.runs}
+    return [run for name, run in RUNS.items() if name in wanted]
+
+
+def zero_markov_variant(shifted_drafter: Path, out: Path) -> Path:
+    """Copy a no-Markov shifted drafter and give it a zero rank-1 vanilla Markov head.
+
+    sglang's DSPARK then loads it (it requires ``markov_rank > 0``) and drafts exactly as the drafter
+    without a head: the vanilla bias is ``markov_w2(markov_w1[prev])``, 0 when both weights are 0.
+    """
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = json.loads((shifted_drafter / "config.json").read_text())
+    cfg["markov_rank"] = 1
+    cfg["markov_head_type"] = "vanilla"
+    if isinstance(cfg.get("dflash_config"), dict) and "markov_rank" in cfg["dflash_config"]:
+        cfg["dflash_config"]["markov_rank"] = 1
+    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    weights = load_file(str(shifted_drafter / "model.safetensors"))
+    vocab = int(cfg["vocab_size"])
+    dtype = next(iter(weights.values())).dtype
+    weights["markov_head.markov_w1.weight"] = torch.zeros(vocab, 1, dtype=dtype)
+    weights["markov_head.markov_w2.weight"] = torch.zeros(vocab, 1, dtype=dtype)
+    save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+    return out
+
+
+def drafter_folders(embedded_root: Path, workdir: Path) -> dict[str, Path]:
+    """Every drafter key -> a folder (the zero-Markov variant is written under ``workdir``)."""
+    folders = {key: embedded_root / f"drafter-{key}" for key in ("dflash", "dspark")}
+    folders["dspark-zero-markov"] = zero_markov_variant(
+        folders["dspark"], workdir / "drafter-dspark-zero-markov"
+    )
+    return folders
+
+
+# ---------------------------------------------------------------- what a run produced, and the checks
+
+ROUND_LINE = re.compile(r"dspark accept round=(\d+) bs=(\d+) accept_len=\[([0-9,]*)\]")
+ALARM_LINE = "dspark accept ALARM"
+STARTUP_LINE = re.compile(r"DSPARK_HARVEST: harvest=(dflash|dspark)")
+
+
+@dataclass
+class Outcome:
+    """What one run produced: the one-at-a-time requests, the concurrent batch, and the server log."""
+
+    outputs: list[list[int]]  # output token ids, one request at a time, in prompt order
+    metas: list[dict[str, Any]]  # their sglang meta_info
+    log: str
+    concurrent_outputs: list[list[int]] = field(default_factory=list)
+    concurrent_metas: list[dict[str, Any]] = field(default_factory=list)
+
+    def round_lines(self) -> list[tuple[int, list[int]]]:
+        """The plugin's per-round accept lines, in order: (batch size, accept lengths)."""
+        return [
+            (int(m.group(2)), [int(x) for x in m.group(3).split(",") if x])
+            for m in ROUND_LINE.finditer(self.log)
+        ]
+
+    def verify_counts(self) -> list[int]:
+        """Verify rounds per one-at-a-time request (sglang's ``spec_verify_ct``)."""
+        return [int(m["spec_verify_ct"]) for m in self.metas]
+
+    def meta_accept_lengths(self) -> list[float]:
+        """sglang's per-request figure: ``completion_tokens / spec_verify_ct``."""
+        return [float(m["spec_accept_length"]) for m in self.metas]
+
+    def per_request_rounds(self) -> list[list[int]]:
+        """The plugin's per-round accept lengths of each one-at-a-time request (those rounds are bs=1)."""
+        counts = self.verify_counts()
+        lines = self.round_lines()[: sum(counts)]
+        if any(bs != 1 for bs, _ in lines):
+            return []
+        flat = [values[0] for _, values in lines]
+        out, start = [], 0
+        for n in counts:
+            out.append(flat[start : start + n])
+            start += n
+        return out
+
+    def pooled_accept_length(self) -> float:
+        """The headline figure over every logged round: committed tokens per verify round, uncapped."""
+        values = [v for _, vs in self.round_lines() for v in vs]
+        return sum(values) / len(values) if values else float("nan")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One verdict of a case."""
+
+    name: str
+    ok: bool
+    detail: str = ""
+
+
+def _first_difference(a: list[list[int]], b: list[list[int]]) -> str:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            j = next((k for k, (u, v) in enumerate(zip(x, y, strict=False)) if u != v), min(len(x), len(y)))
+            return f"request {i} differs first at token {j}"
+    return "" if len(a) == len(b) else f"{len(a)} vs {len(b)} requests"
+
+
+def check_identical(builtin: Outcome, plugin: Outcome, greedy: list[list[int]]) -> list[Check]:
+    """The plugin's arm serves exactly as the builtin: tokens, verify counts, sglang's accept lengths."""
+    return [
+        Check(
+            "tokens equal the builtin's",
+            plugin.outputs == builtin.outputs,
+            _first_difference(plugin.outputs, builtin.outputs),
+        ),
+        Check(
+            "tokens equal the target's greedy",
+            plugin.outputs == greedy,
+            _first_difference(plugin.outputs, greedy),
+        ),
+        Check(
+            "verify rounds per request equal the builtin's",
+            plugin.verify_counts() == builtin.verify_counts(),
+            f"{plugin.verify_counts()} vs {builtin.verify_counts()}",
+        ),
+        Check(
+            "meta_info accept lengths equal the builtin's",
+            plugin.meta_accept_lengths() == builtin.meta_accept_lengths(),
+            f"{plugin.meta_accept_lengths()} vs {builtin.meta_accept_lengths()}",
+        ),
+        Check("the plugin logs every round", bool(plugin.round_lines())),
+        Check("the builtin has no plugin telemetry", not builtin.round_lines()),
+    ]
+
+
+def check_reference(
+    run: Run, got: Outcome, ref_tokens: list[list[int]], ref_rounds: list[list[int]], greedy: list[list[int]]
+) -> list[Check]:
+    """Served = reference engine: tokens, and accept lengths per request computed the same way.
+
+    ``ref_rounds`` holds the reference engine's per-round accept lengths (accepted + 1, uncapped) of
+    each request; sglang's ``meta_info`` figure of a request is its tokens over its verify rounds.
+    """
+    ref_meta = [len(t) / len(r) for t, r in zip(ref_tokens, ref_rounds, strict=True)]
+    checks = [
+        Check(
+            "tokens equal the reference engine's",
+            got.outputs == ref_tokens,
+            _first_difference(got.outputs, ref_tokens),
+        ),
+        Check(
+            "tokens equal the target's greedy", got.outputs == greedy, _first_difference(got.outputs, greedy)
+        ),
+        Check(
+            "verify rounds per request equal the reference engine's",
+            got.verify_counts() == [len(r) for r in ref_rounds],
+            f"served {got.verify_counts()} vs reference {[len(r) for r in ref_rounds]}",
+        ),
+        Check(
+            "meta_info accept lengths equal the reference engine's (tokens / rounds)",
+            all(abs(a - b) < 1e-9 for a, b in zip(got.meta_accept_lengths(), ref_meta, strict=True)),
+            f"served {got.meta_accept_lengths()} vs reference {ref_meta}",
+        ),
+    ]
+    if run.plugin:
+        served_rounds = got.per_request_rounds()
+        checks.append(
+            Check(
+                "per-round accept lengths (plugin log) equal the reference engine's",
+                served_rounds == ref_rounds,
+                _first_difference(served_rounds, ref_rounds),
+            )
+        )
+    return checks
+
+
+def check_collapse(outcomes: dict[str, Outcome], greedy: list[list[int]]) -> list[Check]:
+    """Both drafters under both forced harvests: lossless, matched >= 2x mismatched, alarm iff mismatched."""
+    checks = []
+    for name, got in outcomes.items():
+        run = RUNS[name]
+        alarm = ALARM_LINE in got.log
+        checks += [
+            Check(f"{name}: lossless", got.outputs == greedy, _first_difference(got.outputs, greedy)),
+            Check(
+                f"{name}: alarm {'absent' if run.matched else 'raised'}",
+                alarm is (not run.matched),
+                f"pooled accept length {got.pooled_accept_length():.2f}",
+            ),
+            Check(
+                f"{name}: startup line and manifest logged",
+                bool(STARTUP_LINE.search(got.log)) and "geometry manifest" in got.log,
+            ),
+        ]
+    for drafter in ("dflash", "dspark"):
+        other = "dspark" if drafter == "dflash" else "dflash"
+        ok = outcomes[f"plugin-forced-{drafter}/{drafter}"].pooled_accept_length()
+        bad = outcomes[f"plugin-forced-{other}/{drafter}"].pooled_accept_length()
+        checks.append(
+            Check(f"{drafter} drafter: matched >= 2x mismatched", ok >= 2.0 * bad, f"{ok:.2f} vs {bad:.2f}")
+        )
+    return checks
+
+
+def check_concurrent(got: Outcome, greedy: list[list[int]]) -> list[Check]:
+    """All requests at once: lossless, and the per-round telemetry covers exactly the verify rounds."""
+    n_seq = sum(got.verify_counts())
+    tail = got.round_lines()[n_seq:]
+    sizes = [bs for bs, _ in tail]
+    verify_rounds = sum(int(m["spec_verify_ct"]) for m in got.concurrent_metas)
+    return [
+        Check("concurrent: lossless", got.concurrent_outputs == greedy[: len(got.concurrent_outputs)]),
+        Check(
+            "concurrent: requests were batched",
+            bool(sizes) and max(sizes) > 1,
+            f"batch sizes {sorted(set(sizes))}",
+        ),
+        Check(
+            "concurrent: batch sizes within the requests sent",
+            bool(sizes) and max(sizes) <= len(got.concurrent_outputs),
+        ),
+        Check("concurrent: one accept length per request per round", all(len(v) == bs for bs, v in tail)),
+        Check(
+            "concurrent: request-rounds logged = sglang's verify rounds",
+            sum(sizes) == verify_rounds,
+            f"{sum(sizes)} vs {verify_rounds}",
+        ),
+    ]

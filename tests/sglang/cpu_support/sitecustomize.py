@@ -1,0 +1,13 @@
+"""Applies the CPU serving patches in every Python process of a served test (tests only).
+
+sglang's schedulers run in spawned processes, which inherit the environment but nothing else; this
+folder is put first on their ``PYTHONPATH`` by the served harness, so each of them imports this module
+at start-up. It acts only when ``DSPARK_CPU_PATCHES=1``.
+"""
+
+import os
+
+if os.environ.get("DSPARK_CPU_PATCHES") == "1":
+    import dspark_cpu_patches
+
+    dspark_cpu_patches.install()

@@ -1,0 +1,55 @@
+"""Run one sglang ``Engine`` on CPU, generate, shut down, and write the results as JSON (tests only).
+
+Started by ``served.py`` as a subprocess, with ``cpu_support/`` first on ``PYTHONPATH`` so that the CPU
+patches reach this process and every scheduler process sglang spawns. Usage::
+
+    python served_driver.py SPEC.json OUT.json
+
+SPEC holds ``engine`` (keyword arguments of ``sglang.Engine``), ``batches`` (a list of batches, each a
+list of prompts as token ids; a batch of several prompts is one concurrent ``generate`` call) and
+``max_new_tokens``. OUT holds, per batch, every request's ``output_ids`` and ``meta_info``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def main(spec_path: str, out_path: str) -> int:
+    spec = json.loads(Path(spec_path).read_text())
+    import dspark_cpu_patches  # noqa: F401 - installed by sitecustomize; fails loudly if it is not
+    import sglang as sgl
+
+    if not dspark_cpu_patches._INSTALLED:
+        raise RuntimeError("the CPU patches were not installed by sitecustomize (check PYTHONPATH)")
+    t0 = time.time()
+    engine = sgl.Engine(**spec["engine"])
+    started = time.time() - t0
+    results = []
+    try:
+        params = {"temperature": 0.0, "max_new_tokens": spec["max_new_tokens"], "ignore_eos": True}
+        for batch in spec["batches"]:
+            t = time.time()
+            if len(batch) == 1:
+                outs = [engine.generate(input_ids=batch[0], sampling_params=params)]
+            else:
+                outs = engine.generate(input_ids=batch, sampling_params=[params] * len(batch))
+            results.append(
+                {
+                    "seconds": time.time() - t,
+                    "requests": [{"output_ids": o["output_ids"], "meta_info": o["meta_info"]} for o in outs],
+                }
+            )
+    finally:
+        engine.shutdown()
+    Path(out_path).write_text(
+        json.dumps({"start_seconds": started, "batches": results, "patched": dspark_cpu_patches.applied()})
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))

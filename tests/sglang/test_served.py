@@ -1,0 +1,200 @@
+"""Served tests: sglang's real engine on CPU (scheduler, overlap loop, radix cache, worker rounds).
+
+Every run of ``scripts/served_cases.py`` is served once per module by ``served.run_engine`` (a
+subprocess with the test-side CPU patches) and checked against the builtin it mirrors, against the
+reference engine (``sglang_dspark_plugin.engine``) and against the target's own greedy tokens.
+
+Accept lengths are compared per request in two forms: sglang's ``meta_info`` figure
+(``completion_tokens / spec_verify_ct``) against the reference engine's tokens / rounds, and, for the
+plugin's runs, the per-round accept lengths of its log against the reference engine's rounds.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))
+
+import served_cases as sc  # noqa: E402
+from served import run_engine  # noqa: E402
+
+from sglang_dspark_plugin.embedded import EMBEDDED  # noqa: E402
+from sglang_dspark_plugin.engine import autoregressive_generate, load_drafter, speculative_generate  # noqa: E402
+from sglang_dspark_plugin.harvest import DsparkHarvest  # noqa: E402
+
+RUN_NAMES = [run.name for run in sc.runs_of()]
+
+
+@pytest.fixture(scope="module")
+def drafters(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return sc.drafter_folders(EMBEDDED.root, tmp_path_factory.mktemp("drafters"))
+
+
+@pytest.fixture(scope="module")
+def prompts() -> list[list[int]]:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(EMBEDDED.target), local_files_only=True)
+    return [tok(p, add_special_tokens=False)["input_ids"] for p in EMBEDDED.prompts]
+
+
+@pytest.fixture(scope="module")
+def target() -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(1)
+    return AutoModelForCausalLM.from_pretrained(
+        str(EMBEDDED.target), local_files_only=True, dtype=torch.float32
+    ).eval()
+
+
+@pytest.fixture(scope="module")
+def greedy(target, prompts) -> list[list[int]]:
+    """The target's own greedy tokens: what every lossless run must produce."""
+    return [autoregressive_generate(target, p, sc.MAX_NEW_TOKENS).tokens for p in prompts]
+
+
+class Reference:
+    """The reference engine's generations, per (drafter, harvest), computed once."""
+
+    def __init__(self, target, prompts, drafters) -> None:
+        self.target, self.prompts, self.drafters = target, prompts, drafters
+        self._cache: dict[tuple[str, str], list] = {}
+
+    def __call__(self, drafter: str, harvest: str) -> list:
+        key = (drafter, harvest)
+        if key not in self._cache:
+            model = load_drafter(self.drafters[drafter]).eval()
+            h = DsparkHarvest.from_name(harvest)
+            self._cache[key] = [
+                speculative_generate(self.target, model, p, h, sc.MAX_NEW_TOKENS) for p in self.prompts
+            ]
+        return self._cache[key]
+
+
+@pytest.fixture(scope="module")
+def reference(target, prompts, drafters) -> Reference:
+    return Reference(target, prompts, drafters)
+
+
+class Served:
+    """Each run served once per module, on demand, as a ``served_cases.Outcome``."""
+
+    def __init__(self, prompts, drafters) -> None:
+        self.prompts, self.drafters = prompts, drafters
+        self._runs: dict[str, sc.Outcome] = {}
+
+    def __call__(self, name: str) -> sc.Outcome:
+        if name not in self._runs:
+            run = sc.RUNS[name]
+            batches = [[p] for p in self.prompts]
+            if run.concurrent:
+                batches.append(list(self.prompts[: sc.CONCURRENT_REQUESTS]))
+            engine_args = {
+                "model_path": str(EMBEDDED.target),
+                "speculative_algorithm": run.algorithm,
+                "speculative_draft_model_path": str(self.drafters[run.drafter]),
+            }
+            got = run_engine(engine_args, batches, sc.MAX_NEW_TOKENS, env=run.env())
+            n = len(self.prompts)
+            self._runs[name] = sc.Outcome(
+                outputs=got.outputs[:n],
+                metas=got.metas[:n],
+                log=got.log,
+                concurrent_outputs=got.outputs[n:],
+                concurrent_metas=got.metas[n:],
+            )
+        return self._runs[name]
+
+
+@pytest.fixture(scope="module")
+def served(prompts, drafters) -> Served:
+    return Served(prompts, drafters)
+
+
+def case(name: str) -> sc.Case:
+    return next(c for c in sc.CASES if c.name == name)
+
+
+def assert_checks(checks: list[sc.Check]) -> None:
+    failed = [f"{c.name}: {c.detail}" for c in checks if not c.ok]
+    assert not failed, "\n".join(failed)
+
+
+# ---------------------------------------------------------------- the cases (scripts/served_cases.py)
+
+
+@pytest.mark.parametrize("name", [c.name for c in sc.CASES if c.kind == "identical"])
+def test_plugin_arm_serves_exactly_as_the_builtin(name, served, greedy):
+    builtin, plugin = (served(r) for r in case(name).runs)
+    assert_checks(sc.check_identical(builtin, plugin, greedy))
+
+
+@pytest.mark.parametrize("run_name", case("served-equals-reference").runs)
+def test_served_equals_reference_engine(run_name, served, reference, greedy):
+    run = sc.RUNS[run_name]
+    ref = reference(run.drafter, run.served_harvest)
+    assert_checks(
+        sc.check_reference(
+            run, served(run_name), [g.tokens for g in ref], [g.accept_lengths for g in ref], greedy
+        )
+    )
+
+
+def test_forced_harvests_collapse_in_real_rounds(served, greedy):
+    outcomes = {name: served(name) for name in case("forced-harvest-collapse").runs}
+    assert_checks(sc.check_collapse(outcomes, greedy))
+
+
+@pytest.mark.parametrize("run_name", case("concurrent-requests").runs)
+def test_concurrent_requests_are_lossless(run_name, served, greedy):
+    got = served(run_name)
+    assert len(got.concurrent_outputs) == sc.CONCURRENT_REQUESTS
+    assert_checks(sc.check_concurrent(got, greedy))
+
+
+def test_launch_server_discovers_the_plugin_and_serves_http(drafters, prompts, greedy):
+    """The user's command: ``python -m sglang.launch_server ... --speculative-algorithm DSPARK_HARVEST``;
+    sglang finds the plugin through its entry point in the server's own processes."""
+    from served import CPU_ENGINE_ARGS, launch_server, post_json
+
+    flags = []
+    for key, value in CPU_ENGINE_ARGS.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            flags.append(flag)
+        elif key not in ("log_level", "random_seed"):
+            flags += [flag, str(value)]
+    args = [
+        "--model-path",
+        str(EMBEDDED.target),
+        "--speculative-algorithm",
+        sc.PLUGIN,
+        "--speculative-draft-model-path",
+        str(drafters["dflash"]),
+        "--log-level",
+        "info",
+        *flags,
+    ]
+    with launch_server(args) as (url, read_log):
+        answer = post_json(
+            url + "/generate",
+            {
+                "input_ids": prompts[0],
+                "sampling_params": {
+                    "temperature": 0,
+                    "max_new_tokens": sc.MAX_NEW_TOKENS,
+                    "ignore_eos": True,
+                },
+            },
+        )
+        log = read_log()
+    assert answer["output_ids"] == greedy[0]
+    assert answer["meta_info"]["spec_verify_ct"] < sc.MAX_NEW_TOKENS  # drafts were accepted
+    assert "DSPARK_HARVEST: harvest=dflash" in log  # the plugin's startup line, from the entry point
+    assert "dspark accept round=" in log  # per-round telemetry from the scheduler process
