@@ -196,6 +196,13 @@ def load_drafter_for(
             f"(vocab_size {tcfg.vocab_size}); set dflash_config.mask_token_id correctly.",
             where=where,
         )
+    if model.markov_head is not None and model.markov_head.vocab_size != tcfg.vocab_size:
+        raise InvalidCheckpointError(
+            f"{where}: the Markov head biases {model.markov_head.vocab_size} tokens (rows of markov_w2) "
+            f"but the target's vocabulary has {tcfg.vocab_size}; a drafter's logits are the target "
+            "lm_head's plus that bias, so pair it with the target it was trained on.",
+            where=where,
+        )
     return Drafter(name, cfg, strategy, note, model)
 
 
@@ -371,6 +378,7 @@ def build_report(
         "ar_tokens_per_s": ar_tps,
         "manifest": manifests[0],
         "manifests": manifests,
+        "drafters": [{"drafter": d.name, "strategy": d.strategy, **d.model.describe()} for d in drafters],
         "recommendations": recommendations,
         "probes": [
             {"drafter": r.drafter.name, "harvest": r.harvest.name(), **r.probe.to_json()}  # type: ignore[union-attr]
@@ -427,6 +435,20 @@ def _short_verdict(verdict: str) -> str:
     return short.get(verdict, "neither")
 
 
+def _heads_text(drafter: dict[str, Any]) -> str:
+    """One line on a drafter's DSpark heads, as ``describe()`` lists them."""
+    markov, confidence = drafter["markov_head"], drafter["confidence_head"]
+    text = (
+        f"Markov head {markov['type']}, rank {markov['rank']}: drafts row by row, each biased by the previous"
+        if markov
+        else "no Markov head"
+    )
+    if confidence:
+        features = " with the Markov features" if confidence["with_markov"] else ""
+        text += f"; confidence head{features}, loaded and unused: every draft is verified"
+    return text
+
+
 def format_report(report: dict[str, Any]) -> str:
     """The human-readable table and notes."""
     s = report["settings"]
@@ -469,6 +491,9 @@ def format_report(report: dict[str, Any]) -> str:
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    heads = [d for d in report.get("drafters", []) if d["markov_head"] or d["confidence_head"]]
+    if heads:
+        lines += ["", "DSpark heads:"] + [f"  {d['drafter']}: {_heads_text(d)}" for d in heads]
     if not all(r["exact_match"] for r in report["runs"]):
         lines += ["", "NOT EXACT: a speculative output differs from the target's own greedy output."]
         if s["dtype"] != "float32":

@@ -422,3 +422,60 @@ def test_a_confidence_head_of_another_width_is_refused(tmp_path) -> None:  # noq
     state["confidence_head.proj.weight"] = torch.zeros(1, H + 3)
     with pytest.raises(InvalidCheckpointError, match=r"confidence_head.proj.weight has shape \(1, 67\)"):
         load_drafter(_write(tmp_path / "wide", markov_config("vanilla"), state))
+
+
+# -- check ---------------------------------------------------------------------------------------
+
+
+def _embedded_with_markov_head(tmp_path: Path, name: str, vocab: int | None = None) -> Path:
+    """The embedded DSpark drafter plus a random non-zero vanilla Markov head and a confidence head."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from sglang_dspark_plugin.embedded import EMBEDDED
+
+    folder = shutil.copytree(EMBEDDED.drafters["dspark"], tmp_path / name)
+    cfg = json.loads((folder / "config.json").read_text())
+    vocab, hidden = vocab or cfg["vocab_size"], cfg["hidden_size"]
+    cfg.update(vocab_size=vocab, markov_rank=RANK, markov_head_type="vanilla", enable_confidence_head=True,
+               confidence_head_with_markov=True, architectures=["Qwen3DSparkModel"])
+    cfg["dflash_config"]["markov_rank"] = RANK
+    state = load_file(str(folder / "model.safetensors"))
+    g = torch.Generator().manual_seed(15)
+    state["markov_head.markov_w1.weight"] = torch.randn(vocab, RANK, generator=g).half()
+    state["markov_head.markov_w2.weight"] = torch.randn(vocab, RANK, generator=g).half()
+    state["confidence_head.proj.weight"] = torch.randn(1, hidden + RANK, generator=g).half()
+    state["confidence_head.proj.bias"] = torch.zeros(1).half()
+    return _write(folder, cfg, state)
+
+
+def test_check_measures_a_markov_drafter_exactly_and_reports_its_heads(tmp_path, capsys) -> None:  # noqa: ANN001
+    from sglang_dspark_plugin.cli import main
+    from sglang_dspark_plugin.embedded import EMBEDDED
+
+    draft = _embedded_with_markov_head(tmp_path, "markov-drafter")
+    quick = ["--max-new-tokens", "12", "--num-prompts", "1", "--no-progress"]
+    args = ["check", "--target", str(EMBEDDED.target), "--draft", str(draft), *quick]
+    assert main([*args, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert sorted(r["harvest"] for r in report["runs"]) == ["dflash", "dspark"]
+    assert all(r["exact_match"] for r in report["runs"])
+    (described,) = report["drafters"]
+    assert described["drafter"] == "markov-drafter" and described["strategy"] == "dspark"
+    assert described["markov_head"] == {"type": "vanilla", "rank": RANK}
+    assert described["confidence_head"]["with_markov"] is True
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "DSpark heads:" in text and "markov-drafter: Markov head vanilla, rank 8" in text
+
+
+def test_check_refuses_a_markov_head_over_another_vocabulary(tmp_path, capsys) -> None:  # noqa: ANN001
+    from sglang_dspark_plugin.cli import main
+    from sglang_dspark_plugin.embedded import EMBEDDED
+
+    draft = _embedded_with_markov_head(tmp_path, "other-vocab", vocab=1000)
+    code = main(["check", "--json", "--target", str(EMBEDDED.target), "--draft", str(draft), "--no-progress"])
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert code == 2 and error["kind"] == "invalid"
+    assert "Markov head biases 1000 tokens" in error["message"] and "1536" in error["message"]
