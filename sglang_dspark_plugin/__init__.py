@@ -10,7 +10,10 @@ from .errors import (
     GeometryError,
     HarvestEnvError,
     InvalidCheckpointError,
+    MemoryLimitError,
+    MissingBlockSizeError,
     UnsupportedCheckpointError,
+    UsageError,
 )
 from .geometry import RoundGeometry, build_manifest
 from .harvest import ENV_VAR, DsparkHarvest, Resolution
@@ -31,5 +34,8 @@ __all__ = [
     "UnsupportedCheckpointError",
     "InvalidCheckpointError",
     "GeometryError",
+    "MissingBlockSizeError",
+    "UsageError",
+    "MemoryLimitError",
     "__version__",
 ]

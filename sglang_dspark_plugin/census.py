@@ -1,9 +1,10 @@
 """The checkpoint census: which training strategy a DFlash-family draft checkpoint was trained with.
 
-It reads config.json, the safetensors headers (tensor names only, through the ``safetensors``
-library), ``model.safetensors.index.json`` and, where one sits in the folder, the ``strategy`` field
+It reads config.json, the safetensors headers (the 8 length bytes and the header of each file, never
+the data), ``model.safetensors.index.json`` and, where one sits in the folder, the ``strategy`` field
 of a SpecForge ``training_state.pt`` (unpickled without loading a tensor). No tensor data is read
-and torch is never imported.
+and torch is never imported. Every file is checked to be a regular file before it is opened, and
+every read is bounded (``checkpoint_files``).
 
 Signals come in tiers (DESIGN section 3). Tier 1: explicit declarations. Tier 2: structural
 defaults. The highest tier that has votes decides; votes inside it must agree, otherwise
@@ -13,16 +14,30 @@ all: the historical default, mask-fill.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pickle
 import re
+import stat
 import zipfile
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .architectures import DFLASH_ARCHITECTURES, DOMINO_ARCHITECTURES, DSPARK_ARCHITECTURES
+from .checkpoint_files import (
+    MAX_CONFIG_BYTES,
+    describe,
+    list_dir,
+    open_regular,
+    printable,
+    read_index,
+    read_json,
+    read_safetensors_header,
+    stat_path,
+)
 from .draft_config import (
     TIER_EXPLICIT,
     TIER_INFO,
@@ -33,25 +48,12 @@ from .draft_config import (
     Signal,
 )
 from .errors import InvalidCheckpointError, UnsupportedCheckpointError
+from .geometry import MAX_BLOCK_SIZE
 
 CONFIG = "config.json"
 INDEX = "model.safetensors.index.json"
 TRAINING_STATE = "training_state.pt"
 
-DFLASH_ARCHITECTURES = frozenset(
-    {"DFlashDraftModel", "DFlash2DraftModel", "DeepseekDFlashDraftModel", "DFlashSpeculator"}
-)
-DSPARK_ARCHITECTURES = frozenset(
-    {
-        "DSparkDraftModel",
-        "Qwen3DSparkModel",
-        "Gemma4DSparkModel",
-        "DSparkV4DraftModel",
-        "DSparkMiniMaxDraftModel",
-        "DSparkSpeculator",
-    }
-)
-DOMINO_ARCHITECTURES = frozenset({"DominoDraftModel"})
 DSPARK_PROJECTORS = frozenset({"dspark", "dspark_v4"})
 SPECULATORS_TYPES = {"dflash": VOTE_DFLASH, "dflash2": VOTE_DFLASH, "dspark": VOTE_DSPARK}
 STRATEGIES = {"dflash": VOTE_DFLASH, "dspark": VOTE_DSPARK}
@@ -89,9 +91,7 @@ def census(path_or_hub_id: str | os.PathLike[str]) -> DflashCfg:
     folder = resolve_checkpoint(path_or_hub_id)
     config = _read_config(folder)
     tensor_names = _read_tensor_names(folder)
-    strategy = (
-        _read_training_strategy(folder / TRAINING_STATE) if (folder / TRAINING_STATE).is_file() else None
-    )
+    strategy = _read_training_strategy(folder / TRAINING_STATE)
     return _Census(str(folder), config, tensor_names, strategy).run()
 
 
@@ -117,21 +117,35 @@ def resolve_checkpoint(path_or_hub_id: str | os.PathLike[str]) -> Path:
             "pass the draft checkpoint folder (the one holding config.json)."
         )
     text = os.fspath(path_or_hub_id)
-    path = Path(text).expanduser()
-    if path.is_dir():
+    if not isinstance(text, str):
+        raise InvalidCheckpointError(
+            f"checkpoint {printable(repr(text), 120)} is a bytes path; pass it as a string.",
+            where="checkpoint",
+        )
+    try:
+        path = Path(text).expanduser()
+    except RuntimeError as exc:  # ~user of an unknown user, or ~ without a home directory
+        raise InvalidCheckpointError(
+            f"checkpoint {printable(repr(text), 120)}: cannot expand the leading ~ ({describe(exc)}); "
+            "pass the folder's full path.",
+            where=printable(text, 120),
+        ) from exc
+    found = stat_path(path, "checkpoint")
+    if found is not None and stat.S_ISDIR(found.st_mode):
         return path
-    if path.is_file():
+    if found is not None:
         if path.name == CONFIG:
             return path.parent
         raise InvalidCheckpointError(
-            f"{text} is a file; pass the draft checkpoint folder that holds config.json.", where=text
+            f"{printable(text)} is a file; pass the draft checkpoint folder that holds config.json.",
+            where=printable(text),
         )
     if _HUB_ID.match(text):  # org/name; a relative path like ./x or ~/x does not match
         return _from_hf_cache(text)
     raise InvalidCheckpointError(
-        f"checkpoint {text!r} does not exist; pass a local folder holding config.json, "
+        f"checkpoint {printable(repr(text), 200)} does not exist; pass a local folder holding config.json, "
         "or a hub id (org/name) already in the local Hugging Face cache.",
-        where=text,
+        where=printable(text, 200),
     )
 
 
@@ -159,60 +173,36 @@ def _from_hf_cache(repo_id: str) -> Path:
 
 def _read_config(folder: Path) -> dict[str, Any]:
     path = folder / CONFIG
-    if not path.is_file():
+    data = read_json(path, "config", MAX_CONFIG_BYTES, "fix or re-export the config.")
+    if data is None:
         raise InvalidCheckpointError(
-            f"{path} is missing; a draft checkpoint needs its config.json (a SpecForge export writes "
-            "it next to model.safetensors). Pass the folder that holds it.",
-            where=str(path),
+            f"{printable(path)} is missing; a draft checkpoint needs its config.json (a SpecForge export "
+            "writes it next to model.safetensors). Pass the folder that holds it.",
+            where=printable(path),
         )
-    try:
-        data = json.loads(path.read_bytes())
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise InvalidCheckpointError(
-            f"{path} is not valid JSON ({exc}); fix or re-export the config.", where=str(path)
-        ) from exc
-    except OSError as exc:
-        raise InvalidCheckpointError(f"{path} cannot be read ({exc}).", where=str(path)) from exc
     if not isinstance(data, dict):
         raise InvalidCheckpointError(
-            f"{path} holds a JSON {type(data).__name__}, expected an object; fix or re-export the config.",
-            where=str(path),
+            f"{printable(path)} holds a JSON {type(data).__name__}, expected an object; fix or re-export "
+            "the config.",
+            where=printable(path),
         )
     return data
 
 
 def _read_tensor_names(folder: Path) -> dict[str, str]:
-    """Tensor name -> the file that lists it: safetensors headers plus the shard index."""
-    from safetensors import SafetensorError, safe_open
+    """Tensor name -> the file that lists it: safetensors headers plus the shard index.
 
+    The index's shards are validated (names inside the folder) but need not be present: the census
+    reads names, and a config-only download still has its index.
+    """
     names: dict[str, str] = {}
-    index = folder / INDEX
-    if index.is_file():
-        try:
-            data = json.loads(index.read_bytes())
-        except (ValueError, RecursionError, OSError) as exc:
-            raise InvalidCheckpointError(
-                f"{index} is not valid JSON ({exc}); fix it or delete it.", where=str(index)
-            ) from exc
-        weight_map = data.get("weight_map") if isinstance(data, dict) else None
-        if not isinstance(weight_map, dict):
-            raise InvalidCheckpointError(
-                f"{index}: 'weight_map' must be an object of tensor name -> shard file, got "
-                f"{type(weight_map).__name__}; fix it or delete it.",
-                where=f"{index}:weight_map",
-            )
+    weight_map = read_index(folder / INDEX)
+    if weight_map is not None:
         names.update(dict.fromkeys(weight_map, INDEX))
-    for shard in sorted(folder.glob("*.safetensors")):
-        try:
-            # framework="numpy" keeps torch out; only the header is parsed, no tensor is fetched.
-            with safe_open(str(shard), framework="numpy") as handle:
-                names.update(dict.fromkeys(handle.keys(), shard.name))
-        except (SafetensorError, OSError, ValueError) as exc:
-            raise InvalidCheckpointError(
-                f"{shard}: unreadable safetensors header ({exc}); the file is truncated or not a "
-                "safetensors file. Re-download or re-export it.",
-                where=str(shard),
-            ) from exc
+    for entry in list_dir(folder):
+        if entry.endswith(".safetensors") and not entry.startswith("."):
+            # only the 8 length bytes and the header are read: a shard larger than memory is fine
+            names.update(dict.fromkeys(read_safetensors_header(folder / entry), printable(entry)))
     return names
 
 
@@ -270,33 +260,64 @@ class _StateUnpickler(pickle.Unpickler):
         return _Stub()
 
 
+MAX_STATE_PICKLE_BYTES = 32 * 2**20
+"""The uncompressed size of a training state's ``data.pkl`` read at most. It holds the structure
+only (tensor data sits in other zip members): about 100 bytes per tensor, so SpecForge's states,
+optimizer included, stay far below; a pickle beyond it is a decompression bomb, not a state."""
+
+
 def _read_training_strategy(path: Path) -> Any:
-    """The ``strategy`` field of a SpecForge training_state.pt, read without loading tensors."""
+    """The ``strategy`` field of a SpecForge training_state.pt, read without loading tensors.
+
+    ``None`` when there is no such file. The pickle is decompressed into memory only up to
+    ``MAX_STATE_PICKLE_BYTES`` and unpickled from there, so a small file cannot expand without bound.
+    """
+    where = printable(path)
+    fix = "remove it from the checkpoint folder or replace it with SpecForge's training_state.pt."
+    opened = open_regular(path, "training state", fix)
+    if opened is None:
+        return None
+    handle, _ = opened
     try:
-        with zipfile.ZipFile(path) as archive:
-            members = [n for n in archive.namelist() if n == "data.pkl" or n.endswith("/data.pkl")]
+        with handle, zipfile.ZipFile(handle) as archive:
+            members = [
+                i for i in archive.infolist() if i.filename == "data.pkl" or i.filename.endswith("/data.pkl")
+            ]
             if not members:
                 raise InvalidCheckpointError(
-                    f"{path} is a zip without data.pkl, not a torch checkpoint; remove it from the "
-                    "checkpoint folder or replace it with the real training_state.pt.",
-                    where=str(path),
+                    f"{where} is a zip without data.pkl, not a torch checkpoint; {fix}", where=where
                 )
-            state = _StateUnpickler(archive.open(members[0])).load()
+            if members[0].file_size > MAX_STATE_PICKLE_BYTES:
+                raise InvalidCheckpointError(
+                    f"{where}: its data.pkl unpacks to {members[0].file_size} bytes, more than the "
+                    f"{MAX_STATE_PICKLE_BYTES} a training state's structure takes; {fix}",
+                    where=where,
+                )
+            with archive.open(members[0]) as member:
+                # the declared size bounds what zipfile inflates; read one byte more to be sure
+                data = member.read(MAX_STATE_PICKLE_BYTES + 1)
+            if len(data) > MAX_STATE_PICKLE_BYTES:
+                raise InvalidCheckpointError(
+                    f"{where}: its data.pkl unpacks to more than {MAX_STATE_PICKLE_BYTES} bytes; {fix}",
+                    where=where,
+                )
+            state = _StateUnpickler(io.BytesIO(data)).load()
     except InvalidCheckpointError:
         raise
-    except Exception as exc:  # BadZipFile, UnpicklingError, EOFError, ...: the file is not usable
+    except Exception as exc:  # BadZipFile, UnpicklingError, EOFError, MemoryError, ...: not usable
         raise InvalidCheckpointError(
-            f"{path} cannot be read as a torch zip checkpoint without loading tensors ({exc}); "
-            "remove it from the checkpoint folder or replace it with SpecForge's training_state.pt.",
-            where=str(path),
+            f"{where} cannot be read as a torch zip checkpoint without loading tensors ({describe(exc)}); "
+            f"{fix}",
+            where=where,
         ) from exc
-    if not isinstance(state, dict):
+    if type(state) not in (dict, OrderedDict):
         raise InvalidCheckpointError(
-            f"{path} holds a {type(state).__name__}, expected SpecForge's training-state dict; "
-            "remove it from the checkpoint folder.",
-            where=str(path),
+            f"{where} holds a {type(state).__name__}, expected SpecForge's training-state dict; {fix}",
+            where=where,
         )
-    return state.get("strategy", _MISSING)
+    # dict.get, not state.get: a pickle may give an OrderedDict instance attributes (BUILD), and an
+    # attribute named "get" would shadow the method
+    return dict.get(state, "strategy", _MISSING)
 
 
 _MISSING = object()
@@ -405,7 +426,8 @@ class _Census:
             )
         return archs[0] if archs else None
 
-    def _block_size(self) -> int:
+    def _block_size(self) -> int | None:
+        """The agreed block size; ``None`` when the config gives none (sglang then takes its flag)."""
         sources = [
             *self._lookups("block_size", ((), ("dflash_config",), ("dspark_config",))),
             *self._lookups("block_size", (("speculators_config",), ("transformer_layer_config",))),
@@ -420,13 +442,7 @@ class _Census:
             values, "block sizes", "keep one value, the width the drafter was trained with."
         )
         if agreed is None:
-            raise InvalidCheckpointError(
-                f"{self.config_file}: no block size (looked for block_size, dflash_config.block_size, "
-                "dspark_block_size, dspark_config.block_size, speculators_config.block_size, "
-                "transformer_layer_config.block_size); "
-                "add the width the drafter was trained with as block_size.",
-                where=f"{self.config_file}:block_size",
-            )
+            return None
         key, b = agreed
         if b < 2:
             raise self._invalid(
@@ -435,11 +451,18 @@ class _Census:
                 "a DFlash-family block needs >= 2 rows (anchor plus at least one mask)",
                 "set the width the drafter was trained with.",
             )
+        if b > MAX_BLOCK_SIZE:
+            raise self._invalid(
+                key,
+                b,
+                f"a block is at most {MAX_BLOCK_SIZE} rows (published drafters use 4..16)",
+                "set the width the drafter was trained with.",
+            )
         return b
 
     # tier 1 -------------------------------------------------------------------------------------
 
-    def _explicit(self, block_size: int) -> None:
+    def _explicit(self, block_size: int | None) -> None:
         nests = (
             (),
             ("dflash_config",),
@@ -470,7 +493,7 @@ class _Census:
         layout = "anchor-first, shifted" if vote == VOTE_DSPARK else "1+N fill-in, mask-fill"
         self._signal(key, value, TIER_EXPLICIT, vote, f"{str(value).lower()}: {layout}")
 
-    def _speculative_tokens(self, block_size: int) -> None:
+    def _speculative_tokens(self, block_size: int | None) -> None:
         spec = self._section("speculators_config")
         if spec is None:
             return
@@ -494,7 +517,9 @@ class _Census:
                     declared.append((f"{key}.speculative_tokens", method["speculative_tokens"]))
         for key, value in declared:
             n = self._int(key, value, minimum=None, what="a declared draft count")
-            if n == block_size - 1:
+            if block_size is None:
+                self._signal(key, n, TIER_INFO, None, "no block size to compare it with: no vote")
+            elif n == block_size - 1:
                 self._signal(key, n, TIER_EXPLICIT, VOTE_DFLASH, f"b-1 drafts for block_size {block_size}")
             elif n == block_size:
                 self._signal(key, n, TIER_EXPLICIT, VOTE_DSPARK, f"b drafts for block_size {block_size}")

@@ -13,15 +13,38 @@ machine load hits all arms alike. Exit code 0 on success, 1 if a run was not exa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .errors import CensusConflictError, DsparkHarvestError, InvalidCheckpointError
-from .harvest import DsparkHarvest
+from .checkpoint_files import (
+    MAX_CONFIG_BYTES,
+    describe,
+    is_dir,
+    list_dir,
+    read_index,
+    read_json,
+    read_safetensors_header,
+    regular_file,
+    shard_files,
+    stat_path,
+)
+from .errors import (
+    CensusConflictError,
+    DsparkHarvestError,
+    InvalidCheckpointError,
+    MemoryLimitError,
+    MissingBlockSizeError,
+    UsageError,
+    printable,
+)
+from .harvest import ENV_VAR, DsparkHarvest, Resolution
 
 if TYPE_CHECKING:
     import torch
@@ -40,6 +63,27 @@ DTYPES = ("float32", "bfloat16", "float16")
 
 # The issue-4 targets, printed (never asserted on timing in tests).
 TARGET_RATIO, TARGET_MATCHED, TARGET_SPEEDUP = 2.0, 2.5, 1.5
+DEVICE_TYPES = ("cpu", "cuda")  # what the reference engine runs on
+# Files transformers may open in a target folder; each must be a regular file (a FIFO would block it).
+TARGET_FILE_SUFFIXES = (
+    ".json",
+    ".safetensors",
+    ".bin",
+    ".pt",
+    ".model",
+    ".txt",
+    ".jinja",
+    ".tiktoken",
+    ".py",
+)
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "spiece.model",
+    "tokenizer.tiktoken",
+)
 
 
 
@@ -102,6 +146,7 @@ class Drafter:
     strategy: str | None  # what the census says ("dflash" / "dspark"), None when it cannot tell
     census_note: str
     model: DFlashDraftModel
+    sglang_cannot_serve: str | None = None  # why sglang cannot serve it on this target, if it cannot
 
 
 def _census_strategy(cfg: DflashCfg) -> tuple[str | None, str]:
@@ -115,20 +160,175 @@ def _census_strategy(cfg: DflashCfg) -> tuple[str | None, str]:
 
 
 def _torch_device(name: str) -> torch.device:
+    """``--device`` as a torch device the reference engine runs on (cpu, cuda, cuda:N), checked up front."""
     import torch
 
+    shown = printable(repr(name), 80)
     try:
         device = torch.device(name)
-    except RuntimeError as exc:
-        raise InvalidCheckpointError(
-            f"--device {name!r} is not a torch device ({exc}); use cpu, cuda or cuda:N.", where="--device"
+    except (RuntimeError, ValueError, TypeError) as exc:
+        raise UsageError(
+            f"--device {shown} is not a torch device ({describe(exc)}); use cpu, cuda or cuda:N.",
+            where="--device",
         ) from exc
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise InvalidCheckpointError(
-            f"--device {name!r} asked for CUDA but this torch build sees no GPU; use --device cpu.",
+    if device.type not in DEVICE_TYPES:
+        raise UsageError(
+            f"--device {shown}: the reference engine runs on cpu or cuda (cuda:N) only, not on "
+            f"{device.type}. Use --device cpu, or --device cuda on a machine with an NVIDIA GPU.",
             where="--device",
         )
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise UsageError(
+                f"--device {shown} asked for CUDA but this torch build sees no GPU; use --device cpu.",
+                where="--device",
+            )
+        if device.index is not None and device.index >= count:
+            raise UsageError(
+                f"--device {shown}: this machine has {count} CUDA device(s), cuda:0..cuda:{count - 1}.",
+                where="--device",
+            )
     return device
+
+
+def _threads(requested: int | None, embedded: bool) -> int | None:
+    """``--threads``: at least 1 and at most the CPUs this process may use (more only add contention)."""
+    threads = requested if requested is not None else (1 if embedded else None)
+    if threads is None:
+        return None
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if not 1 <= threads <= cpus:
+        raise UsageError(
+            f"--threads {threads}: must be between 1 and the {cpus} CPU(s) this process may use.",
+            where="--threads",
+        )
+    return threads
+
+
+def check_plot_path(path: str) -> None:
+    """Refuse, before anything is measured, a ``--plot`` file that could not be written."""
+    try:
+        import matplotlib  # noqa: F401
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError as exc:
+        raise UsageError(
+            "--plot needs matplotlib; install it with `pip install sglang-dspark-plugin[plot]`.",
+            where="--plot",
+        ) from exc
+    shown = printable(path, 200)
+    formats = sorted(FigureCanvasBase.get_supported_filetypes())
+    target = Path(path).expanduser()
+    found = stat_path(target, "--plot")
+    if found is not None and is_dir(target, "--plot"):
+        raise UsageError(
+            f"--plot {shown} is a directory; give a file name in it, such as {shown.rstrip('/')}/check.png.",
+            where="--plot",
+        )
+    if found is not None:
+        regular_file(target, "--plot", "give a new file name or a regular file to overwrite.")
+    extension = target.suffix[1:].lower()
+    if extension not in formats:
+        raise UsageError(
+            f"--plot {shown}: {'no' if not extension else 'unknown'} file extension"
+            f"{'' if not extension else ' .' + printable(extension, 20)}; end the name in one of "
+            f"{', '.join('.' + f for f in formats)} (e.g. check.png).",
+            where="--plot",
+        )
+    if not is_dir(target.parent, "--plot folder"):
+        raise UsageError(
+            f"--plot {shown}: the folder {printable(target.parent, 200)} does not exist; create it first.",
+            where="--plot",
+        )
+
+
+def _check_env() -> str | None:
+    """``MEMRA_DSPARK_HARVEST`` as a server would read it; garbage is refused before any model loads."""
+    value = os.environ.get(ENV_VAR)
+    if value is not None:
+        DsparkHarvest.from_env_value(value)  # HarvestEnvError (kind env): the server would refuse it
+    return value
+
+
+def served_by_sglang(cfg: DflashCfg, env_value: str | None) -> dict[str, Any]:
+    """What ``DSPARK_HARVEST`` would serve for this drafter with this environment, or why it refuses."""
+    try:
+        resolution = Resolution.of(cfg, env_value)
+    except CensusConflictError as exc:
+        return {"harvest": None, "source": None, "refused": exc.message}
+    return {"harvest": resolution.harvest.name(), "source": resolution.source, "refused": None}
+
+
+def _is_out_of_memory(exc: BaseException) -> bool:
+    import torch
+
+    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
+        return True
+    text = str(exc).lower()  # CPU allocation failures are plain RuntimeErrors
+    return isinstance(exc, RuntimeError) and "memory" in text and "alloc" in text
+
+
+@contextlib.contextmanager
+def _memory_guard(stage: str) -> Iterator[None]:
+    """Report running out of memory as a refusal that says where, not as a traceback or ``()``."""
+    try:
+        yield
+    except DsparkHarvestError:
+        raise
+    except Exception as exc:
+        if not _is_out_of_memory(exc):
+            raise
+        raise MemoryLimitError(
+            f"out of memory while {stage} ({describe(exc)}); use --dtype bfloat16, a device with more "
+            "memory, or fewer --max-new-tokens / --num-prompts.",
+            where=stage,
+        ) from exc
+
+
+def check_target_files(path: str | Path) -> Path:
+    """The target folder, its files checked before transformers opens any of them.
+
+    Every file transformers may open is a regular file (a FIFO would block it), ``config.json`` is
+    bounded UTF-8 JSON, tokenizer files are present (without them transformers builds an empty
+    tokenizer), and every safetensors header is valid (the shards of an index inside the folder).
+    """
+    shown = printable(repr(str(path)), 200)
+    try:
+        folder = Path(path).expanduser()
+    except RuntimeError as exc:  # ~user of an unknown user
+        raise InvalidCheckpointError(
+            f"--target {shown}: cannot expand the leading ~ ({describe(exc)}); pass the full path.",
+            where="--target",
+        ) from exc
+    need = "pass a local Hugging Face causal-LM folder (config.json, weights and tokenizer files)."
+    if not is_dir(folder, "--target"):
+        raise InvalidCheckpointError(f"--target {shown}: no folder there; {need}", where=printable(folder))
+    names = list_dir(folder, "--target folder")
+    fix = "remove it or replace it with the real file."
+    for name in names:
+        if name.endswith(TARGET_FILE_SUFFIXES):
+            regular_file(folder / name, "target file", fix)
+    config = read_json(folder / "config.json", "target config", MAX_CONFIG_BYTES, "fix or re-download it.")
+    if config is None:
+        raise InvalidCheckpointError(
+            f"--target {shown}: no config.json there; {need}", where=printable(folder)
+        )
+    if not isinstance(config, dict):
+        raise InvalidCheckpointError(
+            f"--target {shown}: config.json holds a JSON {type(config).__name__}, expected an object.",
+            where=printable(folder / "config.json"),
+        )
+    if not any(name in names for name in TOKENIZER_FILES):
+        raise InvalidCheckpointError(
+            f"--target {shown} has no tokenizer files (none of {', '.join(TOKENIZER_FILES)}); check "
+            "encodes its prompts with the target's own tokenizer: copy them from the model's release.",
+            where=printable(folder),
+        )
+    index = read_index(folder / "model.safetensors.index.json")
+    shards = [] if index is None else shard_files(folder, index)
+    for shard in sorted({*shards, *(folder / n for n in names if n.endswith(".safetensors"))}):
+        read_safetensors_header(shard)
+    return folder
 
 
 def load_target(path: str | Path, device: torch.device, dtype: torch.dtype) -> tuple[Any, Any]:
@@ -137,33 +337,32 @@ def load_target(path: str | Path, device: torch.device, dtype: torch.dtype) -> t
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # one progress bar (ours) on stderr
-    folder = Path(path)
-    if not (folder / "config.json").is_file():
-        raise InvalidCheckpointError(
-            f"--target {str(path)!r}: no config.json there; pass a local Hugging Face causal-LM folder "
-            "(config.json, weights and tokenizer files).",
-            where=str(folder),
-        )
+    folder = check_target_files(path)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, local_files_only=True)
-    except (OSError, ValueError, KeyError) as exc:
+        with _memory_guard("loading the target"):
+            tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, local_files_only=True)
+            return model.to(device).eval(), tokenizer
+    except DsparkHarvestError:
+        raise
+    except Exception as exc:  # transformers and safetensors raise many types; all mean "cannot load it"
         raise InvalidCheckpointError(
-            f"--target {str(path)!r}: transformers cannot load it offline ({type(exc).__name__}: {exc}); "
-            "the folder needs a causal-LM config, its weights and tokenizer files.",
-            where=str(folder),
+            f"--target {printable(repr(str(path)), 200)}: transformers cannot load it offline "
+            f"({describe(exc)}); the folder needs a causal-LM config, its weights and tokenizer files.",
+            where=printable(folder),
         ) from exc
-    return model.to(device).eval(), tokenizer
 
 
 def load_drafter_for(
     name: str, cfg: DflashCfg, target: Any, tokenizer: Any, device: torch.device, dtype: torch.dtype
 ) -> Drafter:
     """Load one drafter from its census and check that it fits the target; typed errors otherwise."""
+    from .capture import uncapturable_message
     from .engine.drafter import load_drafter
 
     strategy, note = _census_strategy(cfg)
-    model = load_drafter(cfg.path, device=device, dtype=dtype, cfg=cfg)
+    with _memory_guard(f"loading the drafter {name}"):
+        model = load_drafter(cfg.path, device=device, dtype=dtype, cfg=cfg)
     where = str(Path(cfg.path) / "config.json")
     tcfg = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
     if model.config.hidden_size != tcfg.hidden_size:
@@ -180,6 +379,8 @@ def load_drafter_for(
             f"(num_hidden_layers {tcfg.num_hidden_layers}) does not have; pair it with its own target.",
             where=where,
         )
+    # the reference engine can read the last layer, sglang cannot: measured, and said
+    unservable = uncapturable_message(model.target_layer_ids, tcfg.num_hidden_layers) or None
     if model.mask_token_id < 0:
         # sglang's rule for a checkpoint without a mask id: the tokenizer's <|MASK|> token
         mask = tokenizer.convert_tokens_to_ids("<|MASK|>")
@@ -203,7 +404,7 @@ def load_drafter_for(
             "lm_head's plus that bias, so pair it with the target it was trained on.",
             where=where,
         )
-    return Drafter(name, cfg, strategy, note, model)
+    return Drafter(name, cfg, strategy, note, model, unservable)
 
 
 def encode_prompts(tokenizer: Any, prompts: list[str]) -> list[list[int]]:
@@ -337,7 +538,13 @@ def recommend(drafter: Drafter, runs: list[Run]) -> dict[str, Any]:
             f"the census says {drafter.strategy} but {best.name()} accepts more ({measured}); check the "
             f"checkpoint's config, and serve with {env} if it is right"
         )
-    return {"drafter": drafter.name, "harvest": best.name(), "census": drafter.strategy, "advice": advice}
+    return {
+        "drafter": drafter.name,
+        "harvest": best.name(),
+        "census": drafter.strategy,
+        "advice": advice,
+        "sglang_cannot_serve": drafter.sglang_cannot_serve,
+    }
 
 
 def build_report(
@@ -346,8 +553,13 @@ def build_report(
     runs: list[Run],
     ar_tps: float,
     settings: dict[str, Any],
+    env_value: str | None = None,
 ) -> dict[str, Any]:
-    """The ``--json`` object: ``runs``, ``ar_tokens_per_s``, ``manifest`` (+ context)."""
+    """The ``--json`` object: ``runs``, ``ar_tokens_per_s``, ``manifest`` (+ context).
+
+    ``served`` says, per drafter, what ``DSPARK_HARVEST`` would serve with ``MEMRA_DSPARK_HARVEST`` as
+    it is now (``env_value``), or why it would refuse.
+    """
     from .geometry import RoundGeometry, build_manifest
     from .harvest import Resolution
 
@@ -383,6 +595,10 @@ def build_report(
         "probes": [
             {"drafter": r.drafter.name, "harvest": r.harvest.name(), **r.probe.to_json()}  # type: ignore[union-attr]
             for r in runs
+        ],
+        "served": [
+            {"drafter": d.name, "env_value": env_value, **served_by_sglang(d.cfg, env_value)}
+            for d in drafters
         ],
         "settings": {"target": target_path, **settings},
     }
@@ -514,22 +730,32 @@ def format_report(report: dict[str, Any]) -> str:
     lines += ["", "recommendation:"]
     for rec in report["recommendations"]:
         lines.append(f"  {rec['drafter']}: {rec['advice']}")
+        if rec.get("sglang_cannot_serve"):
+            lines.append(f"  {rec['drafter']}: sglang cannot serve this: {rec['sglang_cannot_serve']}")
+    served = report.get("served") or []
+    if served:
+        env = served[0]["env_value"]
+        setting = f"{ENV_VAR}={env!r}" if env is not None else f"{ENV_VAR} unset"
+        lines += ["", f"served by --speculative-algorithm DSPARK_HARVEST now ({setting}):"]
+        for item in served:
+            what = (
+                f"{item['harvest']} harvest (source: {item['source']})"
+                if item["refused"] is None
+                else f"refused at startup: {item['refused']}"
+            )
+            lines.append(f"  {item['drafter']}: {what}")
     if s.get("embedded"):  # the targets are the embedded models' promise, not a verdict on any drafter
         lines += ["", "targets:"]
         for text, ok in targets(report):
             lines.append(f"  [{'met' if ok else 'MISSED'}] {text}")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
 
 
 def plot(report: dict[str, Any], path: str) -> None:
     """Per-position acceptance of every run, matched solid and mismatched dashed."""
-    try:
-        import matplotlib
-    except ImportError as exc:
-        raise InvalidCheckpointError(
-            "--plot needs matplotlib; install it with `pip install sglang-dspark-plugin[plot]`.",
-            where="--plot",
-        ) from exc
+    check_plot_path(path)
+    import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -550,8 +776,14 @@ def plot(report: dict[str, Any], path: str) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        fig.savefig(Path(path).expanduser(), dpi=120)
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"--plot {printable(path, 200)}: cannot write it ({describe(exc)}).", where="--plot"
+        ) from exc
+    finally:
+        plt.close(fig)
 
 
 # -- the command ---------------------------------------------------------------------------------
@@ -561,25 +793,25 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
     """Run the check described by ``args``; returns the report (raises the typed errors)."""
     import torch
 
+    # every argument first: a usage error should not cost a model load, nor a measurement
     if (args.target is None) != (args.draft is None):
-        raise InvalidCheckpointError(
+        raise UsageError(
             "pass both --target PATH and --draft PATH (a drafter only makes sense on its own target), "
             "or neither to check the embedded models.",
             where="--target/--draft",
         )
     if args.max_new_tokens < 1:
-        raise InvalidCheckpointError(
+        raise UsageError(
             f"--max-new-tokens {args.max_new_tokens}: must be at least 1.", where="--max-new-tokens"
         )
     if args.num_prompts is not None and args.num_prompts < 1:
-        raise InvalidCheckpointError(
-            f"--num-prompts {args.num_prompts}: must be at least 1.", where="--num-prompts"
-        )
+        raise UsageError(f"--num-prompts {args.num_prompts}: must be at least 1.", where="--num-prompts")
     device = _torch_device(args.device)
-    threads = args.threads if args.threads is not None else (1 if args.target is None else None)
+    threads = _threads(args.threads, embedded=args.target is None)
+    if args.plot:
+        check_plot_path(args.plot)
+    env_value = _check_env()
     if threads is not None:
-        if threads < 1:
-            raise InvalidCheckpointError(f"--threads {threads}: must be at least 1.", where="--threads")
         torch.set_num_threads(threads)
     dtype = getattr(torch, args.dtype)
 
@@ -593,6 +825,15 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
     from .census import census
 
     cfgs = [census(str(path)) for path in drafts]
+    for cfg in cfgs:
+        if cfg.block_size is None:
+            where = printable(Path(cfg.path) / "config.json")
+            raise MissingBlockSizeError(
+                f"{where} gives no block size, and check needs it to draft (sglang would take it from "
+                "--speculative-dflash-block-size); add block_size, the width the drafter was trained "
+                "with, to config.json.",
+                where=where,
+            )
     target, tokenizer = load_target(target_path, device, dtype)
     drafters = [
         load_drafter_for(Path(p).name, cfg, target, tokenizer, device, dtype)
@@ -600,9 +841,10 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
     ]
     texts = (args.prompt or list(EMBEDDED.prompts))[: args.num_prompts]
     prompts = encode_prompts(tokenizer, texts)
-    runs, ar_tps, wall = measure(
-        target, drafters, prompts, args.max_new_tokens, progress=not args.no_progress
-    )
+    with _memory_guard("measuring"):
+        runs, ar_tps, wall = measure(
+            target, drafters, prompts, args.max_new_tokens, progress=not args.no_progress
+        )
     settings = {
         "embedded": args.target is None,
         "device": str(device),
@@ -612,7 +854,7 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         "wall_s": wall,
     }
-    return build_report(target_path, drafters, runs, ar_tps, settings)
+    return build_report(target_path, drafters, runs, ar_tps, settings, env_value)
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -634,4 +876,16 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     return EXIT_OK if all(r["exact_match"] for r in report["runs"]) else EXIT_NOT_EXACT
 
 
-__all__ = ["add_parser", "run", "check", "measure", "recommend", "build_report", "format_report", "plot"]
+__all__ = [
+    "add_parser",
+    "run",
+    "check",
+    "check_target_files",
+    "check_plot_path",
+    "served_by_sglang",
+    "measure",
+    "recommend",
+    "build_report",
+    "format_report",
+    "plot",
+]

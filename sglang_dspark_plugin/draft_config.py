@@ -41,7 +41,7 @@ class DflashCfg:
     """A DFlash-family draft checkpoint as seen by the census (no tensor was loaded)."""
 
     path: str
-    block_size: int
+    block_size: int | None  # None: the config gives none (sglang takes --speculative-dflash-block-size)
     architecture: str | None = None
     mask_token_id: int | None = None
     target_layer_ids: tuple[int, ...] | None = None

@@ -9,6 +9,17 @@ from __future__ import annotations
 import json
 
 
+def printable(text: object, limit: int | None = None) -> str:
+    """``text`` with every non-printable character escaped (a terminal never sees a raw escape code).
+
+    With ``limit``, longer results are cut to that many characters and end in ``...``.
+    """
+    out = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))
+    if limit is not None and len(out) > limit:
+        return out[: max(limit - 3, 0)] + "..."
+    return out
+
+
 class DsparkHarvestError(Exception):
     """Base class of every refusal raised by this package."""
 
@@ -30,7 +41,7 @@ class DsparkHarvestError(Exception):
         """How ``dspark-harvest COMMAND`` prints this refusal: a JSON error object, or one line."""
         if as_json:
             return json.dumps({"error": self.to_json()}, indent=2)
-        return f"dspark-harvest {command}: refused ({self.kind}): {self.message}"
+        return f"{f'dspark-harvest {command}'.rstrip()}: refused ({self.kind}): {printable(self.message)}"
 
 
 class HarvestEnvError(DsparkHarvestError, ValueError):
@@ -61,6 +72,22 @@ class GeometryError(InvalidCheckpointError):
     """A block width that yields no draft, or a width that contradicts the resolved geometry."""
 
 
+class MissingBlockSizeError(GeometryError):
+    """A round geometry was asked for, but neither the draft config nor a flag gives the block size."""
+
+
+class UsageError(DsparkHarvestError, ValueError):
+    """A command-line argument is wrong (unknown option, bad value, a --device or --plot that cannot work)."""
+
+    kind = "usage"
+
+
+class MemoryLimitError(DsparkHarvestError, MemoryError):
+    """The machine ran out of memory loading or running the models."""
+
+    kind = "memory"
+
+
 class SettingsError(DsparkHarvestError, ValueError):
     """A ``MEMRA_DSPARK_*`` telemetry setting (log level, summary cadence, alarm) has a bad value."""
 
@@ -74,5 +101,8 @@ __all__ = [
     "UnsupportedCheckpointError",
     "InvalidCheckpointError",
     "GeometryError",
+    "MissingBlockSizeError",
+    "UsageError",
+    "MemoryLimitError",
     "SettingsError",
 ]

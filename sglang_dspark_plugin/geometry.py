@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
+from .errors import GeometryError, MissingBlockSizeError
 from .harvest import DsparkHarvest
 
 if TYPE_CHECKING:
@@ -18,6 +19,16 @@ if TYPE_CHECKING:
     from .harvest import Resolution
 
 MANIFEST_SCHEMA = "sglang-dspark-plugin/geometry-manifest/v1"
+
+MAX_BLOCK_SIZE = 1024
+"""The widest block accepted. Published drafters use 4..16 rows; every row is a query of one drafter
+forward and a token of the verify window, so a width of thousands is a corrupt config, not a drafter
+(and the geometry's row tuples would grow with it)."""
+BLOCK_SIZE_FLAGS = {
+    DsparkHarvest.DFLASH: "--speculative-dflash-block-size",
+    DsparkHarvest.DSPARK: "--speculative-dspark-block-size",
+}
+"""sglang's flag, per arm, that gives the block size when the draft config has none."""
 
 
 @dataclass(frozen=True)
@@ -28,7 +39,24 @@ class RoundGeometry:
     block_size: int
 
     def __post_init__(self) -> None:
-        self.harvest.n_drafts(self.block_size)  # refuses a block that yields no draft
+        flag = BLOCK_SIZE_FLAGS.get(self.harvest, BLOCK_SIZE_FLAGS[DsparkHarvest.DFLASH])
+        if self.block_size is None:
+            raise MissingBlockSizeError(
+                "the draft config gives no block size (none of block_size, dflash_config.block_size, "
+                "dspark_block_size, dspark_config.block_size, speculators_config.block_size, "
+                "transformer_layer_config.block_size), so the round geometry is unknown; sglang then "
+                f"takes it from {flag}: pass {flag} B with the width the drafter was trained with, or "
+                "add block_size to the draft's config.json.",
+                where=flag,
+            )
+        self.harvest.n_drafts(self.block_size)  # refuses a non-integer, and a block that yields no draft
+        if self.block_size > MAX_BLOCK_SIZE:
+            raise GeometryError(
+                f"block size {self.block_size} is beyond {MAX_BLOCK_SIZE} rows; published drafters use "
+                "4..16. Pass the width the drafter was trained with (block_size in its config.json, or "
+                f"{flag}).",
+                where="block_size",
+            )
 
     @property
     def first_row(self) -> int:
@@ -118,4 +146,11 @@ def manifest_json(manifest: dict[str, Any]) -> str:
     return json.dumps(manifest, sort_keys=True, indent=2, default=str)
 
 
-__all__ = ["RoundGeometry", "build_manifest", "manifest_json", "MANIFEST_SCHEMA"]
+__all__ = [
+    "RoundGeometry",
+    "build_manifest",
+    "manifest_json",
+    "MANIFEST_SCHEMA",
+    "MAX_BLOCK_SIZE",
+    "BLOCK_SIZE_FLAGS",
+]

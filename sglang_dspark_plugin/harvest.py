@@ -75,19 +75,20 @@ class DsparkHarvest(enum.Enum):
     def from_env_value(v: str | None) -> DsparkHarvest:
         """Parse an explicit harvest value. ``None`` (unset) -> DFLASH, the historical arm.
 
-        ``dflash`` and ``dspark`` are accepted ignoring case and surrounding whitespace; anything
-        else (a typo, the empty string) is refused: a silent fallback is how misalignment hides.
+        ``dflash`` and ``dspark`` are accepted ignoring ASCII case and surrounding ASCII whitespace;
+        anything else (a typo, the empty string, a non-ASCII look-alike such as the Kelvin sign, whose
+        lower case is ``k``) is refused: a silent fallback is how misalignment hides.
         """
         if v is None:
             return DsparkHarvest.DFLASH
-        if isinstance(v, str):
-            member = DsparkHarvest.from_name(v.strip().lower())
+        if isinstance(v, str) and v.isascii():
+            member = DsparkHarvest.from_name(v.strip(" \t\n\r\f\v").lower())
             if member is not None:
                 return member
         accepted = ", ".join(repr(m.value) for m in DsparkHarvest)
         raise HarvestEnvError(
-            f"{ENV_VAR}={v!r} is not a harvest convention; accepted values: {accepted} "
-            f"(case-insensitive), or leave {ENV_VAR} unset to let the checkpoint census decide.",
+            f"{ENV_VAR}={_shown(v)} is not a harvest convention; accepted values: {accepted} "
+            f"(ASCII, case-insensitive), or leave {ENV_VAR} unset to let the checkpoint census decide.",
             where=ENV_VAR,
         )
 
@@ -108,6 +109,12 @@ class DsparkHarvest(enum.Enum):
         """``resolve`` plus where the answer came from (``env``, ``census`` or ``default``)."""
         env = os.environ if environ is None else environ
         return Resolution.of(cfg, env.get(ENV_VAR))
+
+
+def _shown(value: object, limit: int = 60) -> str:
+    """``ascii(value)`` cut to ``limit`` characters: a look-alike shows its escapes, a huge value is cut."""
+    text = ascii(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}... ({len(text)} characters)"
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import json
 import sys
 from typing import Any, TextIO
 
+from .checkpoint_files import printable
 from .draft_config import TIER_EXPLICIT, TIER_INFO, TIER_STRUCTURAL
 from .errors import DsparkHarvestError
 
@@ -39,17 +40,36 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def inspect_checkpoint(path: str, environ: dict[str, str] | None = None) -> dict[str, Any]:
-    """The ``--json`` report of ``path``; raises the typed errors on a refusal."""
+    """The ``--json`` report of ``path``; raises the typed errors on a refusal.
+
+    A config without a block size still gets its harvest: the geometry fields that need the width
+    are ``null`` and ``manifest`` is ``null`` (sglang takes the width from its block-size flag).
+    """
+    from .capture import uncapturable_message
     from .census import census
-    from .geometry import RoundGeometry, build_manifest
+    from .geometry import BLOCK_SIZE_FLAGS, RoundGeometry, build_manifest
     from .harvest import DsparkHarvest
 
     cfg = census(path)
     resolution = DsparkHarvest.explain(cfg, environ=environ)
-    geometry = RoundGeometry(resolution.harvest, cfg.block_size)
-    manifest = build_manifest(geometry, resolution, cfg, producer="inspect")
+    if cfg.block_size is None:
+        geometry_json: dict[str, Any] = {
+            "harvest": resolution.harvest.name(),
+            "block_size": None,
+            "block_size_flag": BLOCK_SIZE_FLAGS[resolution.harvest],
+            "first_row": resolution.harvest.first_row(),
+            **dict.fromkeys(("n_drafts", "gamma", "verify_window", "harvested_rows", "trained_offsets")),
+        }
+        manifest = None
+    else:
+        geometry = RoundGeometry(resolution.harvest, cfg.block_size)
+        geometry_json = geometry.to_json()
+        manifest = build_manifest(geometry, resolution, cfg, producer="inspect")
+    unservable = None
+    if cfg.num_target_layers is not None and cfg.target_layer_ids is not None:
+        unservable = uncapturable_message(cfg.target_layer_ids, cfg.num_target_layers) or None
     return {
-        **geometry.to_json(),
+        **geometry_json,
         "source": resolution.source,
         "env_value": resolution.env_value,
         "census_harvest": None if resolution.census_harvest is None else resolution.census_harvest.name(),
@@ -63,6 +83,7 @@ def inspect_checkpoint(path: str, environ: dict[str, str] | None = None) -> dict
         "markov_rank": cfg.markov_rank,
         "evidence": [s.to_json() for s in cfg.evidence],
         "warnings": list(resolution.warnings),
+        "sglang_cannot_serve": unservable,
         "manifest": manifest,
     }
 
@@ -83,7 +104,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 
 def _value(value: Any, limit: int = 48) -> str:
-    text = json.dumps(value, default=str)
+    text = json.dumps(value, default=str)  # ensure_ascii: no raw control character reaches the terminal
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -114,20 +135,30 @@ def format_report(report: dict[str, Any]) -> str:
         why = "no signal: the historical default (mask-fill); set MEMRA_DSPARK_HARVEST if it is shifted"
     rows = report["harvested_rows"]
     offsets = report["trained_offsets"]
+    lines += ["", f"harvest        {report['harvest']}  (source: {source}; {why})"]
+    if report["block_size"] is None:
+        flag = report["block_size_flag"]
+        lines += [
+            f"block_size     unknown  (the config gives none; sglang takes it from {flag})",
+            f"first_row      {report['first_row']}",
+        ]
+    else:
+        lines += [
+            f"block_size     {report['block_size']}",
+            f"first_row      {report['first_row']}",
+            f"n_drafts       {report['n_drafts']}  (rows {rows[0]}..{rows[-1]}, trained offsets "
+            f"+{offsets[0]}..+{offsets[-1]})",
+            f"verify_window  {report['verify_window']}",
+        ]
     lines += [
-        "",
-        f"harvest        {report['harvest']}  (source: {source}; {why})",
-        f"block_size     {report['block_size']}",
-        f"first_row      {report['first_row']}",
-        f"n_drafts       {report['n_drafts']}  (rows {rows[0]}..{rows[-1]}, trained offsets "
-        f"+{offsets[0]}..+{offsets[-1]})",
-        f"verify_window  {report['verify_window']}",
         f"mask_token_id  {report['mask_token_id']}",
         f"target_layers  {report['target_layer_ids']}",
     ]
+    if report.get("sglang_cannot_serve"):
+        lines.append(f"sglang cannot serve this: {report['sglang_cannot_serve']}")
     for warning in report["warnings"]:
         lines.append(f"WARNING: {warning}")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
 
 
 __all__ = ["add_parser", "run", "inspect_checkpoint", "format_report", "EXIT_OK", "EXIT_REFUSED"]

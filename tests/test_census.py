@@ -12,12 +12,14 @@ from pathlib import Path
 import pytest
 from checkpoints import FIXTURES, Fixture, write_checkpoint
 
-from sglang_dspark_plugin import ENV_VAR, DsparkHarvest
+from sglang_dspark_plugin import ENV_VAR, DsparkHarvest, RoundGeometry
 from sglang_dspark_plugin.census import census
 from sglang_dspark_plugin.draft_config import TIER_EXPLICIT, TIER_INFO, TIER_STRUCTURAL
 from sglang_dspark_plugin.errors import (
     CensusConflictError,
+    GeometryError,
     InvalidCheckpointError,
+    MissingBlockSizeError,
     UnsupportedCheckpointError,
 )
 
@@ -371,9 +373,38 @@ def test_block_size_below_two(tmp_path, b):
     assert f"block_size = {b}" in info.value.message and ">= 2" in info.value.message
 
 
-def test_no_block_size(tmp_path):
-    with pytest.raises(InvalidCheckpointError, match="no block size"):
-        census(_write(tmp_path, {"architectures": ["DFlashDraftModel"]}))
+def test_no_block_size_is_classified_and_the_geometry_names_the_flag(tmp_path):
+    # a published DFlash config carries no block size: sglang takes --speculative-dflash-block-size
+    cfg = census(_write(tmp_path, {"architectures": ["DFlashDraftModel"]}))
+    assert cfg.block_size is None and cfg.to_json()["block_size"] is None
+    assert DsparkHarvest.explain(cfg, environ={}).harvest is DsparkHarvest.DFLASH
+    with pytest.raises(MissingBlockSizeError) as info:
+        RoundGeometry(DsparkHarvest.DFLASH, cfg.block_size)
+    assert "--speculative-dflash-block-size" in info.value.message and info.value.kind == "invalid"
+    with pytest.raises(MissingBlockSizeError, match="--speculative-dspark-block-size"):
+        RoundGeometry(DsparkHarvest.DSPARK, None)
+
+
+def test_no_block_size_with_an_explicit_flag_is_classified(tmp_path):
+    config = {"architectures": ["DSparkDraftModel"], "dflash_config": {"sample_from_anchor": False}}
+    cfg = census(_write(tmp_path, config))
+    assert cfg.block_size is None and not cfg.strategy_dspark and cfg.deciding_tier == TIER_EXPLICIT
+
+
+def test_declared_draft_count_without_block_size_casts_no_vote(tmp_path):
+    config = {"speculators_model_type": "dspark", "speculators_config": {"speculative_tokens": 7}}
+    cfg = census(_write(tmp_path, config))
+    sig = _signals(cfg)["config.json:speculators_config.speculative_tokens"]
+    assert (sig.tier, sig.vote) == (TIER_INFO, None) and cfg.strategy_dspark
+
+
+@pytest.mark.parametrize("b", [1025, 10**7, 10**9, 2**63])
+def test_absurd_block_size_is_refused(tmp_path, b):
+    with pytest.raises(InvalidCheckpointError) as info:
+        census(_write(tmp_path, {"architectures": ["DFlashDraftModel"], "block_size": b}))
+    assert f"block_size = {b}" in info.value.message and "at most 1024" in info.value.message
+    with pytest.raises(GeometryError, match="beyond 1024"):
+        RoundGeometry(DsparkHarvest.DSPARK, b)
 
 
 def test_mask_id_outside_vocab(tmp_path):
@@ -561,8 +592,7 @@ def test_census_never_imports_torch(written):
 def test_null_block_size_is_not_given(tmp_path):
     cfg = census(_write(tmp_path, {"block_size": None, "dflash_config": {"block_size": 11}}))
     assert cfg.block_size == 11
-    with pytest.raises(InvalidCheckpointError, match="no block size"):
-        census(_write(tmp_path, {"block_size": None}))
+    assert census(_write(tmp_path, {"block_size": None})).block_size is None
 
 
 def test_target_layer_ids_that_disagree(tmp_path):

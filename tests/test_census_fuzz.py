@@ -6,13 +6,14 @@ import json
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from sglang_dspark_plugin import DsparkHarvest, RoundGeometry
 from sglang_dspark_plugin.census import DFLASH_ARCHITECTURES, DSPARK_ARCHITECTURES, census
 from sglang_dspark_plugin.draft_config import DflashCfg
-from sglang_dspark_plugin.errors import CensusConflictError, DsparkHarvestError
+from sglang_dspark_plugin.errors import CensusConflictError, DsparkHarvestError, MissingBlockSizeError
 
 KNOWN_KEYS = [
     "architectures",
@@ -159,7 +160,7 @@ def _check(folder: Path, config: object, weights: list[str] | None) -> None:
         event(f"refused: {exc.kind}")
         return
     assert isinstance(cfg, DflashCfg)
-    assert isinstance(cfg.block_size, int) and cfg.block_size >= 2
+    assert cfg.block_size is None or (isinstance(cfg.block_size, int) and cfg.block_size >= 2)
     json.dumps(cfg.to_json())  # the evidence is JSON-able
     try:
         resolution = DsparkHarvest.explain(cfg, environ={})
@@ -168,5 +169,10 @@ def _check(folder: Path, config: object, weights: list[str] | None) -> None:
         event("conflict")
         resolution = DsparkHarvest.explain(cfg, environ={"MEMRA_DSPARK_HARVEST": "dflash"})
     event(f"resolved: {resolution.source}")
+    if cfg.block_size is None:
+        with pytest.raises(MissingBlockSizeError):
+            RoundGeometry(resolution.harvest, cfg.block_size)
+        event("no block size")
+        return
     geometry = RoundGeometry(resolution.harvest, cfg.block_size)
     assert geometry.trained_offsets == tuple(range(1, geometry.gamma + 1))

@@ -50,7 +50,10 @@ def assert_run_shape(run: dict, block_size: int) -> None:
     assert isinstance(run["probe_verdict"], str) and run["probe_verdict"]
 
 
-def test_check_json_schema_on_the_embedded_models(capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_json_schema_on_the_embedded_models(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MEMRA_DSPARK_HARVEST", raising=False)
     code, report = check_json(capsys)
     assert code == 0
     runs = report["runs"]
@@ -72,6 +75,10 @@ def test_check_json_schema_on_the_embedded_models(capsys: pytest.CaptureFixture[
     assert manifest["gamma"] == DsparkHarvest.from_name(manifest["harvest"]).n_drafts(EMBEDDED.block_size)
     assert len(report["manifests"]) == 2
     assert report["settings"]["prompts"] == 1 and report["settings"]["max_new_tokens"] == 10
+    # what DSPARK_HARVEST would serve now: the census's own strategy (MEMRA_DSPARK_HARVEST unset)
+    assert {s["drafter"]: (s["harvest"], s["source"]) for s in report["served"]} == {
+        p.name: (strategy, "census") for strategy, p in EMBEDDED.drafters.items()
+    }
 
 
 def test_check_takes_each_drafter_census_once(
@@ -139,7 +146,7 @@ def _refusal(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
 
 def test_check_refuses_half_a_pair(capsys: pytest.CaptureFixture[str]) -> None:
     error = _refusal(capsys, "--target", str(EMBEDDED.target))
-    assert error["kind"] == "invalid" and "--draft" in error["message"]
+    assert error["kind"] == "usage" and "--draft" in error["message"]
 
 
 def test_check_refuses_a_domino_drafter(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -171,7 +178,7 @@ def test_check_refuses_a_missing_target(capsys: pytest.CaptureFixture[str], tmp_
 
 def test_check_refuses_an_unknown_device(capsys: pytest.CaptureFixture[str]) -> None:
     error = _refusal(capsys, "--device", "abacus")
-    assert error["kind"] == "invalid" and "abacus" in error["message"] and "--device" in error["message"]
+    assert error["kind"] == "usage" and "abacus" in error["message"] and "--device" in error["message"]
 
 
 def test_a_non_exact_run_exits_1_and_says_why(

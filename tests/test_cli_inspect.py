@@ -117,6 +117,20 @@ def test_bad_env_value_is_kind_env(capsys, written, monkeypatch, value):
     assert rc == 2 and out["error"]["kind"] == "env" and ENV_VAR in out["error"]["message"]
 
 
+def test_a_config_without_block_size_reports_its_harvest_and_an_unknown_width(capsys, tmp_path):
+    # a real published DFlash config carries no block size: sglang takes it from its flag
+    folder = tmp_path / "published"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"architectures": ["DFlashDraftModel"]}))
+    rc, out = _run_json(capsys, str(folder))
+    assert rc == 0 and (out["harvest"], out["source"], out["block_size"]) == ("dflash", "census", None)
+    assert out["first_row"] == 1 and out["n_drafts"] is None and out["verify_window"] is None
+    assert out["block_size_flag"] == "--speculative-dflash-block-size" and out["manifest"] is None
+    assert main(["inspect", str(folder)]) == 0
+    text = capsys.readouterr().out
+    assert "block_size     unknown" in text and "--speculative-dflash-block-size" in text
+
+
 def test_missing_path_is_invalid(capsys, tmp_path):
     rc, out = _run_json(capsys, str(tmp_path / "nope"))
     assert rc == 2 and out["error"]["kind"] == "invalid"

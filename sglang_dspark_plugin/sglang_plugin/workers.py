@@ -78,6 +78,7 @@ from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
 from sglang.srt.speculative.dspark_components.dspark_config import parse_dspark_draft_config
 from sglang.srt.speculative.dspark_components.dspark_worker_v2 import DSparkWorkerV2
 
+from ..architectures import SGLANG_DENSE_DSPARK, SGLANG_DSPARK_ARM
 from ..errors import GeometryError, InvalidCheckpointError, UnsupportedCheckpointError
 from ..harvest import ENV_VAR, DsparkHarvest
 from ..rank_agreement import check_rank_agreement
@@ -87,10 +88,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-DSPARK_ARCHITECTURES: tuple[str, ...] = ("DSparkDraftModel", "Qwen3DSparkModel", "LingDSparkModel")
+DSPARK_ARCHITECTURES: tuple[str, ...] = SGLANG_DENSE_DSPARK
 """sglang's dense DSpark draft classes: DFlash's backbone plus a Markov head (``models/dspark.py``)."""
 
-DSPARK_ARM_ARCHITECTURES: tuple[str, ...] = (*DSPARK_ARCHITECTURES, "DFlashDraftModel")
+DSPARK_ARM_ARCHITECTURES: tuple[str, ...] = SGLANG_DSPARK_ARM
 """Draft architectures the dspark arm serves with sglang's dense DSpark draft model (same backbone)."""
 
 WORKER_CONTRACT: list[tuple[str, str, tuple[str, ...] | None]] = [

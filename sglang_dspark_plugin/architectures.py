@@ -1,0 +1,61 @@
+"""The one table of DFlash-family draft architecture names (sglang-free).
+
+The census reads a checkpoint's ``architectures[0]`` against ``FAMILY``; the sglang glue derives the
+names its dspark arm loads with sglang's dense DSpark class from ``SGLANG_DENSE_DSPARK``. Both lists
+come from here, so the census never refuses a drafter that a worker serves.
+"""
+
+from __future__ import annotations
+
+DFLASH = "dflash"
+DSPARK = "dspark"
+DOMINO = "domino"
+
+FAMILY: dict[str, str] = {
+    # DFlash family, mask-fill by structure
+    "DFlashDraftModel": DFLASH,
+    "DFlash2DraftModel": DFLASH,
+    "DeepseekDFlashDraftModel": DFLASH,
+    "DFlashSpeculator": DFLASH,
+    # DSpark family, shifted by structure (an explicit flag can still say mask-fill)
+    "DSparkDraftModel": DSPARK,
+    "Qwen3DSparkModel": DSPARK,
+    "LingDSparkModel": DSPARK,
+    "Gemma4DSparkModel": DSPARK,
+    "DSparkV4DraftModel": DSPARK,
+    "DSparkMiniMaxDraftModel": DSPARK,
+    "DSparkSpeculator": DSPARK,
+    # Domino: a third geometry, refused
+    "DominoDraftModel": DOMINO,
+}
+"""Every DFlash-family draft architecture name this project knows, with its family."""
+
+DFLASH_ARCHITECTURES = frozenset(name for name, family in FAMILY.items() if family == DFLASH)
+DSPARK_ARCHITECTURES = frozenset(name for name, family in FAMILY.items() if family == DSPARK)
+DOMINO_ARCHITECTURES = frozenset(name for name, family in FAMILY.items() if family == DOMINO)
+
+SGLANG_DENSE_DSPARK: tuple[str, ...] = ("DSparkDraftModel", "Qwen3DSparkModel", "LingDSparkModel")
+"""The classes of sglang's dense DSpark draft model (``models/dspark.py``): DFlash's backbone plus a
+Markov head."""
+
+SGLANG_DSPARK_ARM: tuple[str, ...] = (*SGLANG_DENSE_DSPARK, "DFlashDraftModel")
+"""Draft architectures the dspark arm serves with sglang's dense DSpark class (the same backbone)."""
+
+
+def family_of(architecture: str | None) -> str | None:
+    """``"dflash"``, ``"dspark"``, ``"domino"``, or ``None`` for a name outside the DFlash family."""
+    return FAMILY.get(architecture) if isinstance(architecture, str) else None
+
+
+__all__ = [
+    "FAMILY",
+    "DFLASH",
+    "DSPARK",
+    "DOMINO",
+    "DFLASH_ARCHITECTURES",
+    "DSPARK_ARCHITECTURES",
+    "DOMINO_ARCHITECTURES",
+    "SGLANG_DENSE_DSPARK",
+    "SGLANG_DSPARK_ARM",
+    "family_of",
+]

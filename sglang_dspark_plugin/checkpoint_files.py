@@ -1,0 +1,396 @@
+"""Reading a checkpoint's own files without trusting them (no torch, no sglang).
+
+Every file is stat-ed before it is opened and opened without blocking, so a FIFO or a device named
+``config.json`` or ``*.safetensors`` is refused instead of hanging; every read is bounded; JSON is
+read the way sglang and transformers read it (UTF-8, no byte-order mark) and a key repeated with two
+values in one object is a conflict, not last-wins; a shard index may only name files inside the
+checkpoint folder; a safetensors header is read on its own (8 bytes + the header), never the file.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+from typing import IO, Any
+
+from .errors import CensusConflictError, InvalidCheckpointError, printable
+
+MAX_CONFIG_BYTES = 16 * 2**20
+"""config.json, generation_config.json, ...: real ones are a few KiB (the largest seen, with a
+vocabulary table inlined, under 2 MiB)."""
+MAX_INDEX_BYTES = 64 * 2**20
+"""A shard index: about 80 bytes per tensor, so 64 MiB is some 800k tensors."""
+MAX_SAFETENSORS_HEADER_BYTES = 100_000_000
+"""The safetensors library's own limit on a header."""
+SAFETENSORS_DTYPE_BYTES = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1,
+    "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+    "I32": 4, "U32": 4, "F32": 4,
+    "I64": 8, "U64": 8, "F64": 8, "C64": 8,
+}  # fmt: skip
+_UTF8_BOM = b"\xef\xbb\xbf"
+_UTF16_32_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
+
+
+def describe(exc: BaseException) -> str:
+    """An exception as ``Type: message``; never the bare ``()`` of a message-less MemoryError."""
+    if isinstance(exc, MemoryError):
+        return "MemoryError: ran out of memory"
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {printable(text, 300)}" if text else type(exc).__name__
+
+
+# -- stat and open -------------------------------------------------------------------------------
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    return "not a regular file"
+
+
+def _os_error(path: str | os.PathLike[str], exc: OSError | ValueError, what: str) -> InvalidCheckpointError:
+    where = printable(os.fspath(path))
+    if isinstance(exc, ValueError):  # an embedded NUL byte
+        fix = "pass the path without it."
+        return InvalidCheckpointError(f"{what} {where}: the path holds a NUL byte; {fix}", where=where)
+    if isinstance(exc, PermissionError):
+        fix = (
+            "a folder on the way lacks search (x) permission or the file lacks read permission; "
+            "fix the permissions (chmod) or run as a user who may read it."
+        )
+    elif exc.errno == errno.ENAMETOOLONG:
+        fix = "a path component is longer than the file system allows (255 bytes); shorten it."
+    elif exc.errno == errno.ELOOP:
+        fix = "symbolic links loop; fix the link."
+    else:
+        fix = "check that the path is a readable local file."
+    reason = exc.strerror or describe(exc)
+    return InvalidCheckpointError(f"{what} {where} cannot be accessed ({reason}): {fix}", where=where)
+
+
+def stat_path(path: str | os.PathLike[str], what: str = "path") -> os.stat_result | None:
+    """``os.stat`` (following links); ``None`` when nothing is there, a typed error when it cannot tell."""
+    try:
+        return os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (OSError, ValueError) as exc:
+        raise _os_error(path, exc, what) from exc
+
+
+def is_dir(path: str | os.PathLike[str], what: str = "path") -> bool:
+    """True for a directory (or a link to one); typed errors instead of PermissionError and the like."""
+    st = stat_path(path, what)
+    return st is not None and stat.S_ISDIR(st.st_mode)
+
+
+def regular_file(path: str | os.PathLike[str], what: str, fix: str) -> os.stat_result | None:
+    """The stat of a regular file; ``None`` when absent; refused when something else has the name."""
+    st = stat_path(path, what)
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        where = printable(os.fspath(path))
+        raise InvalidCheckpointError(
+            f"{what} {where} is {_kind(st.st_mode)}, not a regular file; {fix}", where=where
+        )
+    return st
+
+
+def open_regular(path: str | os.PathLike[str], what: str, fix: str) -> tuple[IO[bytes], int] | None:
+    """A regular file opened for reading, and its size; ``None`` when absent.
+
+    Checked before opening, then opened with O_NONBLOCK and checked again on the descriptor, so a
+    FIFO swapped in between is refused too instead of blocking the open.
+    """
+    if regular_file(path, what, fix) is None:
+        return None
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise _os_error(path, exc, what) from exc
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        where = printable(os.fspath(path))
+        raise InvalidCheckpointError(
+            f"{what} {where} is {_kind(st.st_mode)}, not a regular file; {fix}", where=where
+        )
+    return os.fdopen(fd, "rb"), st.st_size
+
+
+def read_bounded(path: str | os.PathLike[str], what: str, limit: int, fix: str) -> bytes | None:
+    """The whole file, refused (not read) when larger than ``limit`` bytes; ``None`` when absent."""
+    opened = open_regular(path, what, fix)
+    if opened is None:
+        return None
+    handle, size = opened
+    where = printable(os.fspath(path))
+    with handle:
+        if size > limit:
+            raise InvalidCheckpointError(
+                f"{what} {where} is {size} bytes, more than the {limit} bytes such a file can "
+                f"reasonably hold; {fix}",
+                where=where,
+            )
+        try:
+            data = handle.read(limit + 1)
+        except OSError as exc:
+            raise _os_error(path, exc, what) from exc
+    if len(data) > limit:  # the file grew after the stat
+        raise InvalidCheckpointError(f"{what} {where} is more than {limit} bytes; {fix}", where=where)
+    return data
+
+
+# -- JSON ----------------------------------------------------------------------------------------
+
+
+def _pairs_hook(where: str) -> Any:
+    def no_conflicting_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out and out[key] != value:
+                raise CensusConflictError(
+                    f"{where}: key {printable(repr(key), 80)} appears twice in one object with different "
+                    f"values ({printable(repr(out[key]), 80)}, then {printable(repr(value), 80)}); a "
+                    "JSON reader silently keeps the last one, so the file says two things. Keep the one "
+                    "that is right and delete the other.",
+                    where=f"{where}:{printable(key, 80)}",
+                )
+            out[key] = value
+        return out
+
+    return no_conflicting_duplicates
+
+
+def parse_json(data: bytes, where: str, fix: str) -> Any:
+    """JSON as sglang and transformers read it: UTF-8 without a byte-order mark; duplicates checked."""
+    if data.startswith(_UTF8_BOM):
+        raise InvalidCheckpointError(
+            f"{where} starts with a UTF-8 byte-order mark, which sglang and transformers reject "
+            "(they read plain UTF-8); save it as UTF-8 without a BOM.",
+            where=where,
+        )
+    if data.startswith(_UTF16_32_BOMS) or data[:4].count(0) >= 2:
+        raise InvalidCheckpointError(
+            f"{where} is UTF-16 or UTF-32 encoded, which sglang and transformers reject (they read "
+            "UTF-8); save it as UTF-8.",
+            where=where,
+        )
+    try:
+        text = data.decode("utf-8")
+        return json.loads(text, object_pairs_hook=_pairs_hook(where))
+    except CensusConflictError:
+        raise
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise InvalidCheckpointError(
+            f"{where} is not valid UTF-8 JSON ({describe(exc)}); {fix}", where=where
+        ) from exc
+
+
+def read_json(path: str | os.PathLike[str], what: str, limit: int, fix: str) -> Any:
+    """A bounded, regular, UTF-8 JSON file; ``None`` when absent (the caller says what that means)."""
+    data = read_bounded(path, what, limit, fix)
+    if data is None:
+        return None
+    return parse_json(data, printable(os.fspath(path)), fix)
+
+
+# -- safetensors headers ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor as its safetensors header describes it (no data)."""
+
+    dtype: str
+    shape: tuple[int, ...]
+
+
+def read_safetensors_header(path: str | os.PathLike[str]) -> dict[str, TensorInfo]:
+    """Tensor name -> dtype and shape, from the header alone (8 + header bytes are read, nothing else).
+
+    The header is validated the way the safetensors library validates it (offsets inside the file,
+    contiguous, covering the data exactly, sized by dtype and shape), so a truncated or corrupt file is
+    refused here rather than when the weights load.
+    """
+    where = printable(os.fspath(path))
+    fix = "the file is truncated or not a safetensors file; re-download or re-export it."
+    opened = open_regular(path, "safetensors file", "remove it or replace it with the real weights.")
+    if opened is None:
+        raise InvalidCheckpointError(f"{where} is missing; {fix}", where=where)
+    handle, size = opened
+    with handle:
+        try:
+            prefix = handle.read(8)
+            n = int.from_bytes(prefix, "little") if len(prefix) == 8 else -1
+            if n < 0 or n > MAX_SAFETENSORS_HEADER_BYTES or 8 + n > size:
+                raise InvalidCheckpointError(
+                    f"{where}: unreadable safetensors header (length {n} in a file of {size} bytes; "
+                    f"at most {MAX_SAFETENSORS_HEADER_BYTES}); {fix}",
+                    where=where,
+                )
+            raw = handle.read(n)
+        except OSError as exc:
+            raise _os_error(path, exc, "safetensors file") from exc
+    header = parse_json(raw, f"{where} (safetensors header)", fix)
+    if not isinstance(header, dict):
+        raise InvalidCheckpointError(
+            f"{where}: unreadable safetensors header (not an object); {fix}", where=where
+        )
+    data_len = size - 8 - n
+    tensors: dict[str, TensorInfo] = {}
+    spans: list[tuple[int, int, str]] = []
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        info, span = _tensor_entry(name, entry, where, fix)
+        tensors[name] = info
+        spans.append((*span, name))
+    end = 0
+    for start, stop, name in sorted(spans):
+        if start != end:
+            raise InvalidCheckpointError(
+                f"{where}: unreadable safetensors header (tensor {printable(name, 80)} starts at byte "
+                f"{start}, expected {end}: the tensors must tile the data); {fix}",
+                where=where,
+            )
+        end = stop
+    if end != data_len:
+        raise InvalidCheckpointError(
+            f"{where}: unreadable safetensors header (it describes {end} bytes of tensor data, the file "
+            f"holds {data_len}); {fix}",
+            where=where,
+        )
+    return tensors
+
+
+def _tensor_entry(name: str, entry: Any, where: str, fix: str) -> tuple[TensorInfo, tuple[int, int]]:
+    def bad(why: str) -> InvalidCheckpointError:
+        return InvalidCheckpointError(
+            f"{where}: unreadable safetensors header (tensor {printable(name, 80)}: {why}); {fix}",
+            where=where,
+        )
+
+    if not isinstance(entry, dict):
+        raise bad("not an object")
+    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if not isinstance(dtype, str):
+        raise bad("no dtype")
+    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+        raise bad("shape is not a list of non-negative integers")
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(type(o) is int for o in offsets)
+        or not 0 <= offsets[0] <= offsets[1]
+    ):
+        raise bad("data_offsets is not [start, end]")
+    width = SAFETENSORS_DTYPE_BYTES.get(dtype)
+    if width is not None:
+        count = 1
+        for d in shape:
+            count *= d
+        if count * width != offsets[1] - offsets[0]:
+            raise bad(
+                f"{dtype} {shape} needs {count * width} bytes, data_offsets give {offsets[1] - offsets[0]}"
+            )
+    return TensorInfo(dtype, tuple(shape)), (offsets[0], offsets[1])
+
+
+# -- the shard index -------------------------------------------------------------------------------
+
+
+def read_index(path: str | os.PathLike[str]) -> dict[str, str] | None:
+    """``weight_map`` of a ``model.safetensors.index.json`` (tensor name -> shard file); ``None`` if absent.
+
+    Every shard must be a string naming a file inside the checkpoint folder: an absolute path or a
+    ``..`` component is refused, so a weight can never be loaded from outside the checkpoint.
+    """
+    fix = "fix it or delete it."
+    data = read_json(path, "shard index", MAX_INDEX_BYTES, fix)
+    if data is None:
+        return None
+    where = printable(os.fspath(path))
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict):
+        raise InvalidCheckpointError(
+            f"{where}: 'weight_map' must be an object of tensor name -> shard file, got "
+            f"{type(weight_map).__name__}; {fix}",
+            where=f"{where}:weight_map",
+        )
+    for name, shard in weight_map.items():
+        key = f"{where}:weight_map[{printable(repr(name), 80)}]"
+        if not isinstance(shard, str) or not shard:
+            raise InvalidCheckpointError(
+                f"{key} = {printable(repr(shard), 80)}, but a shard must be a file name (a non-empty "
+                f"string) such as 'model-00001-of-00002.safetensors'; {fix}",
+                where=key,
+            )
+        parts = PurePath(shard).parts
+        if os.path.isabs(shard) or ".." in parts or "\x00" in shard or shard.startswith("~"):
+            raise InvalidCheckpointError(
+                f"{key} = {printable(repr(shard), 120)} points outside the checkpoint folder; a shard "
+                "index may only name files inside it (a plain file name such as "
+                "'model-00001-of-00002.safetensors'). Fix the index or delete it.",
+                where=key,
+            )
+    return weight_map
+
+
+def shard_files(folder: str | os.PathLike[str], index: dict[str, str]) -> list[Path]:
+    """The distinct shard files an index names, each checked to exist as a regular file in ``folder``."""
+    out = []
+    for shard in sorted(set(index.values())):
+        path = Path(folder) / shard
+        if regular_file(path, "shard", "replace it with the real shard file.") is None:
+            raise InvalidCheckpointError(
+                f"{printable(path)} is missing: the shard index names it; download the missing shard, "
+                "or re-export the checkpoint.",
+                where=printable(path),
+            )
+        out.append(path)
+    return out
+
+
+def list_dir(folder: str | os.PathLike[str], what: str = "checkpoint folder") -> list[str]:
+    """The names in ``folder``, sorted; typed errors for a folder that cannot be listed."""
+    try:
+        return sorted(os.listdir(folder))
+    except (OSError, ValueError) as exc:
+        raise _os_error(folder, exc, what) from exc
+
+
+__all__ = [
+    "MAX_CONFIG_BYTES",
+    "MAX_INDEX_BYTES",
+    "MAX_SAFETENSORS_HEADER_BYTES",
+    "TensorInfo",
+    "printable",
+    "describe",
+    "stat_path",
+    "is_dir",
+    "regular_file",
+    "open_regular",
+    "read_bounded",
+    "parse_json",
+    "read_json",
+    "read_safetensors_header",
+    "read_index",
+    "shard_files",
+    "list_dir",
+]
