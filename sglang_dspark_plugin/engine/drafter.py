@@ -15,7 +15,6 @@ confidence head (``confidence_head.*``); both load under sglang's and SpecForge'
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,14 +22,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import InvalidCheckpointError, UnsupportedCheckpointError
+from ..checkpoint_files import describe
+from ..errors import InvalidCheckpointError, UnsupportedCheckpointError, printable
 from .markov import MARKOV_HEAD_TYPES, ConfidenceHead, VanillaMarkov, build_markov_head, describe_heads
+from .preflight import (
+    WEIGHTS_FILE,
+    check_model_settings,
+    check_sizes_before_allocating,
+    weight_files,
+)
 
 if TYPE_CHECKING:
     from ..draft_config import DflashCfg
 
-WEIGHTS_FILE = "model.safetensors"
-INDEX_FILE = "model.safetensors.index.json"
 # Old SpecForge checkpoints wrote their heads under this prefix (SpecForge dflash.py normalises it too).
 LEGACY_HEAD_PREFIX = "logit_head."
 # Buffers some exports write (recomputed here, never trained).
@@ -318,28 +322,20 @@ def _normalize_key(key: str) -> str:
 
 
 def _read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of the checkpoint's weight files (checked first by ``preflight.weight_files``)."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    single, index = folder / WEIGHTS_FILE, folder / INDEX_FILE
-    if single.is_file():
-        return load_file(str(single))
-    if index.is_file():
+    state: dict[str, torch.Tensor] = {}
+    for path in weight_files(folder):
         try:
-            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (ValueError, KeyError, AttributeError) as exc:
+            state.update(load_file(str(path)))
+        except (SafetensorError, OSError, ValueError, TypeError) as exc:  # e.g. a dtype torch lacks
             raise InvalidCheckpointError(
-                f"{index}: not a valid safetensors index ({exc}); re-export the checkpoint",
-                where=str(index),
+                f"{printable(path)}: cannot load its tensors ({describe(exc)}); re-download or re-export it",
+                where=printable(path),
             ) from exc
-        state: dict[str, torch.Tensor] = {}
-        for shard in shards:
-            state.update(load_file(str(folder / shard)))
-        return state
-    raise InvalidCheckpointError(
-        f"{folder}: no {WEIGHTS_FILE} or {INDEX_FILE}; a DFlash-family checkpoint folder needs "
-        "config.json plus its safetensors weights",
-        where=str(folder),
-    )
+    return state
 
 
 def load_drafter(
@@ -375,6 +371,10 @@ def load_drafter(
     state = {_normalize_key(k): v for k, v in _read_state_dict(folder).items()}
     state = {k: v for k, v in state.items() if not k.startswith(IGNORED_PREFIXES)}
     raw.update(_head_keys(folder, raw, cfg, state))
+    where = printable(folder / "config.json")
+    check_model_settings(raw, where)
+    shapes = {k: tuple(v.shape) for k, v in state.items()}
+    check_sizes_before_allocating(lambda: DFlashDraftModel(_as_config(raw)), raw, shapes, where)
     try:
         model = DFlashDraftModel(_as_config(raw))
     except (TypeError, AttributeError, KeyError, ValueError) as exc:

@@ -1,0 +1,149 @@
+"""Before a drafter is allocated: its weight files, its settings, and its sizes against its weights.
+
+A config that claims a hidden size of 65536 or thousands of layers must be refused by comparing it
+with the tensors the checkpoint really holds, not discovered by allocating it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..checkpoint_files import describe, read_index, read_safetensors_header, regular_file, shard_files
+from ..errors import InvalidCheckpointError, printable
+
+WEIGHTS_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+
+# (key, required, kind): the Qwen3 settings the drafter's layers are built from. transformers refuses a
+# wrongly typed one with its own exception type; here it is a refusal that names the key.
+_POSITIVE_INT, _POSITIVE_NUMBER, _BOOL = "a positive integer", "a positive number", "true or false"
+MODEL_SETTINGS: tuple[tuple[str, bool, str], ...] = (
+    ("hidden_size", True, _POSITIVE_INT),
+    ("intermediate_size", True, _POSITIVE_INT),
+    ("num_hidden_layers", True, _POSITIVE_INT),
+    ("num_attention_heads", True, _POSITIVE_INT),
+    ("num_key_value_heads", False, _POSITIVE_INT),
+    ("head_dim", False, _POSITIVE_INT),
+    ("rms_norm_eps", False, _POSITIVE_NUMBER),
+    ("rope_theta", False, _POSITIVE_NUMBER),
+    ("attention_bias", False, _BOOL),
+)
+_LAYER = re.compile(r"^layers\.(\d+)\.")
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """The safetensors files a drafter loads: ``model.safetensors``, else the shards of its index.
+
+    Each is a regular file inside ``folder`` (an index entry with ``..`` or an absolute path is
+    refused), and each header is validated, so a truncated or corrupt file is refused before any
+    tensor is read.
+    """
+    fix = "remove it or replace it with the real weights."
+    single = folder / WEIGHTS_FILE
+    if regular_file(single, "weights", fix) is not None:
+        files = [single]
+    else:
+        index = read_index(folder / INDEX_FILE)
+        if index is None:
+            raise InvalidCheckpointError(
+                f"{printable(folder)}: no {WEIGHTS_FILE} or {INDEX_FILE}; a DFlash-family checkpoint folder "
+                "needs config.json plus its safetensors weights",
+                where=printable(folder),
+            )
+        files = shard_files(folder, index)
+    for path in files:
+        read_safetensors_header(path)
+    return files
+
+
+def check_model_settings(config: Mapping[str, Any], where: str) -> None:
+    """Refuse a missing or wrongly typed Qwen3 setting (``head_dim: null``, ``rms_norm_eps: "x"``)."""
+    for key, required, kind in MODEL_SETTINGS:
+        if key not in config:
+            if required:
+                raise InvalidCheckpointError(
+                    f"{where}: {key} is missing; the drafter's layers are built from it. Set it to the "
+                    "value the drafter was trained with.",
+                    where=f"{where}:{key}",
+                )
+            continue
+        value = config[key]
+        is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        ok = {
+            _POSITIVE_INT: isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+            _POSITIVE_NUMBER: is_number and value > 0 and value != float("inf"),
+            _BOOL: isinstance(value, bool),
+        }[kind]
+        if not ok:
+            raise InvalidCheckpointError(
+                f"{where}: {key} = {printable(repr(value), 80)} but it must be {kind}; set it to the value "
+                "the drafter was trained with (or remove an optional key to take the Qwen3 default).",
+                where=f"{where}:{key}",
+            )
+    heads = config["num_attention_heads"]
+    kv = config.get("num_key_value_heads", heads)
+    if heads % kv:
+        raise InvalidCheckpointError(
+            f"{where}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}; set the "
+            "values the drafter was trained with.",
+            where=f"{where}:num_key_value_heads",
+        )
+
+
+def check_sizes_before_allocating(
+    build: Callable[[], nn.Module],
+    config: Mapping[str, Any],
+    shapes: Mapping[str, tuple[int, ...]],
+    where: str,
+) -> None:
+    """Compare the model ``build`` would allocate with the weights' shapes, allocating nothing.
+
+    The layer count is compared first (a config with thousands of layers is refused before even a
+    skeleton is built); then ``build`` runs on the meta device, which gives every parameter's shape
+    without memory, and each one the weights hold must have the weights' shape.
+    """
+    layers = {int(m.group(1)) for name in shapes if (m := _LAYER.match(name))}
+    n = config["num_hidden_layers"]
+    if layers and len(layers) != n:
+        raise InvalidCheckpointError(
+            f"{where}: num_hidden_layers = {n} but the weights hold {len(layers)} layer(s) "
+            f"(layers.{min(layers)}.* to layers.{max(layers)}.*); set num_hidden_layers to the weights' "
+            "count.",
+            where=f"{where}:num_hidden_layers",
+        )
+    try:
+        with torch.device("meta"):
+            skeleton = build()
+    except InvalidCheckpointError:
+        raise
+    except Exception as exc:  # transformers' config validation raises its own types
+        raise InvalidCheckpointError(
+            f"{where}: cannot build the drafter from this config ({describe(exc)}); check its Qwen3 keys "
+            "(hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, "
+            "num_key_value_heads, head_dim, rms_norm_eps).",
+            where=where,
+        ) from exc
+    expected = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
+    bad = [k for k in expected if k in shapes and tuple(shapes[k]) != expected[k]]
+    if bad:
+        k = bad[0]
+        raise InvalidCheckpointError(
+            f"{where}: the config implies tensor {printable(k, 80)} of shape {expected[k]}, the weights hold "
+            f"{tuple(shapes[k])} ({len(bad)} mismatched); fix hidden_size / intermediate_size / heads / "
+            "head_dim / target_layer_ids in config.json to the weights' sizes.",
+            where=where,
+        )
+
+
+__all__ = [
+    "MODEL_SETTINGS",
+    "weight_files",
+    "check_model_settings",
+    "check_sizes_before_allocating",
+]
