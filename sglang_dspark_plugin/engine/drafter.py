@@ -30,6 +30,7 @@ from .preflight import (
     check_model_settings,
     check_sizes_before_allocating,
     weight_files,
+    weight_shapes,
 )
 
 if TYPE_CHECKING:
@@ -368,13 +369,15 @@ def load_drafter(
         dcfg["mask_token_id"] = cfg.mask_token_id
     raw["dflash_config"] = dcfg
     raw["block_size"] = cfg.block_size
-    state = {_normalize_key(k): v for k, v in _read_state_dict(folder).items()}
-    state = {k: v for k, v in state.items() if not k.startswith(IGNORED_PREFIXES)}
-    raw.update(_head_keys(folder, raw, cfg, state))
+    # the headers' shapes first (meta tensors hold no data): every check runs before a tensor is read
+    shapes = {_normalize_key(k): s for k, s in weight_shapes(folder).items()}
+    shapes = {k: s for k, s in shapes.items() if not k.startswith(IGNORED_PREFIXES)}
+    raw.update(_head_keys(folder, raw, cfg, {k: torch.empty(s, device="meta") for k, s in shapes.items()}))
     where = printable(folder / "config.json")
     check_model_settings(raw, where)
-    shapes = {k: tuple(v.shape) for k, v in state.items()}
     check_sizes_before_allocating(lambda: DFlashDraftModel(_as_config(raw)), raw, shapes, where)
+    state = {_normalize_key(k): v for k, v in _read_state_dict(folder).items()}
+    state = {k: v for k, v in state.items() if not k.startswith(IGNORED_PREFIXES)}
     try:
         model = DFlashDraftModel(_as_config(raw))
     except (TypeError, AttributeError, KeyError, ValueError) as exc:

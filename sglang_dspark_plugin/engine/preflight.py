@@ -40,9 +40,8 @@ _LAYER = re.compile(r"^layers\.(\d+)\.")
 def weight_files(folder: Path) -> list[Path]:
     """The safetensors files a drafter loads: ``model.safetensors``, else the shards of its index.
 
-    Each is a regular file inside ``folder`` (an index entry with ``..`` or an absolute path is
-    refused), and each header is validated, so a truncated or corrupt file is refused before any
-    tensor is read.
+    Each is a regular file inside ``folder``: an index entry with ``..`` or an absolute path is
+    refused, and so is a FIFO or a directory in a file's place.
     """
     fix = "remove it or replace it with the real weights."
     single = folder / WEIGHTS_FILE
@@ -57,9 +56,18 @@ def weight_files(folder: Path) -> list[Path]:
                 where=printable(folder),
             )
         files = shard_files(folder, index)
-    for path in files:
-        read_safetensors_header(path)
     return files
+
+
+def weight_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape, from the headers of ``weight_files`` alone (no tensor is read).
+
+    Each header is validated, so a truncated or corrupt file is refused here.
+    """
+    shapes: dict[str, tuple[int, ...]] = {}
+    for path in weight_files(folder):
+        shapes.update({name: info.shape for name, info in read_safetensors_header(path).items()})
+    return shapes
 
 
 def check_model_settings(config: Mapping[str, Any], where: str) -> None:
@@ -144,6 +152,7 @@ def check_sizes_before_allocating(
 __all__ = [
     "MODEL_SETTINGS",
     "weight_files",
+    "weight_shapes",
     "check_model_settings",
     "check_sizes_before_allocating",
 ]
