@@ -5,10 +5,9 @@
 The safetensors file is sparse: a valid header (written by hand, read back and validated by the
 census's own header reader), then ``truncate`` to the full size. The census is timed in-process
 (interpreter start and imports excluded, one warm-up call, median of the repetitions) against the
-50 ms target, and the
-script shows that no tensor data is read: the bytes read through read(2) (``rchar`` of
-/proc/self/io) and the pages touched (minor + major page faults, which is how an mmap read would
-show) during one census call, next to the time and bytes of actually reading the file once.
+50 ms target, and the script shows that no tensor data is read: the bytes read through read(2)
+(``rchar`` of /proc/self/io) and the pages touched (minor + major page faults, which is how an mmap
+read would show) during one census call, next to the time and bytes of actually reading the file once.
 """
 
 from __future__ import annotations
