@@ -136,6 +136,12 @@ WORKER_CONTRACT: list[tuple[str, str, tuple[str, ...] | None]] = [
     ("sglang.srt.plugins.hook_registry", "HookRegistry.register", ("target", "hook", "hook_type")),
     ("sglang.srt.plugins.hook_registry", "HookRegistry._hooks", None),  # register_hooks' idempotence
     ("sglang.srt.plugins.hook_registry", "HookType.AFTER", None),
+    ("sglang.srt.plugins.hook_registry", "HookType.BEFORE", None),
+    (
+        "sglang.srt.managers.scheduler_components.batch_result_processor",
+        "SchedulerBatchResultProcessor._resolve_spec_v2_tokens",
+        ("result", "batch"),
+    ),
 ]
 """Every sglang class, method and function the workers rely on (checked by the plugin's contract)."""
 
@@ -261,20 +267,41 @@ PARSE_HOOK_TARGET = "sglang.srt.speculative.dspark_components.dspark_config.pars
 """sglang's DSpark draft-config parser; every Markov-rank refusal reads its result."""
 
 
-def register_hooks() -> None:
-    """Register the dspark arm's parse hook with sglang's ``HookRegistry`` (idempotent).
+RESULT_HOOK_TARGET = (
+    "sglang.srt.managers.scheduler_components.batch_result_processor."
+    "SchedulerBatchResultProcessor._resolve_spec_v2_tokens"
+)
+"""The scheduler's host-side processing of one verify round; it calls ``on_verify_complete_cpu``."""
 
-    Called by ``register()``; sglang applies it at the end of ``load_plugins()``, in every process,
-    before the scheduler builds the target. The target's model runner already refuses a draft without a
-    Markov head when the algorithm is DSpark (``model_executor/model_runner_components/
-    spec_aux_hidden_state.py:155-159`` / ``:268-272``), before the draft worker exists.
+
+def register_hooks() -> None:
+    """Register the plugin's hooks with sglang's ``HookRegistry`` (idempotent).
+
+    Called by ``register()``; sglang applies them at the end of ``load_plugins()``, in every process,
+    before the scheduler builds the target:
+    * the dspark arm's parse hook: the target's model runner already refuses a draft without a Markov
+      head when the algorithm is DSpark, before the draft worker exists;
+    * the live-request mask: with the overlap scheduler a request that finished in round k is still in
+      the batch of round k+1, whose result sglang does not count for it (``spec_verify_ct``); the
+      plugin's telemetry must not count it either.
     """
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    registered = HookRegistry._hooks.get(PARSE_HOOK_TARGET, [])
-    if any(hook is _served_markov_after_parse for _, hook, _ in registered):
-        return
-    HookRegistry.register(PARSE_HOOK_TARGET, _served_markov_after_parse, HookType.AFTER)
+    for target, hook, kind in (
+        (PARSE_HOOK_TARGET, _served_markov_after_parse, HookType.AFTER),
+        (RESULT_HOOK_TARGET, _live_requests_before_result, HookType.BEFORE),
+    ):
+        if not any(h is hook for _, h, _ in HookRegistry._hooks.get(target, [])):
+            HookRegistry.register(target, hook, kind)
+
+
+def _live_requests_before_result(processor: Any, result: Any, batch: Any, *args: Any, **kwargs: Any) -> None:
+    """BEFORE hook: tell a plugin worker which requests of this round sglang will count (no device work)."""
+    worker = getattr(processor, "model_worker", None)
+    if getattr(worker, "dspark_telemetry", None) is None:
+        return None
+    worker.dspark_live_mask = [not (r.is_retracted or r.finished()) for r in batch.reqs]
+    return None
 
 
 def _same_path(a: Any, b: Any) -> bool:
@@ -569,12 +596,24 @@ class _HarvestWorkerMixin:
             list(served.geometry.harvested_rows),
         )
 
+    dspark_live_mask: list[bool] | None = None
+
     def on_verify_complete_cpu(self, num_correct_drafts_per_req: list[int], batch_size: int = 0) -> None:
-        """sglang's host-side per-round hook: the parent's work, then one telemetry record (no sync)."""
+        """sglang's host-side per-round hook: the parent's work, then one telemetry record (no sync).
+
+        Requests that had already finished (still in an overlapped batch) are left out, as sglang
+        leaves them out of their ``spec_verify_ct``.
+        """
         super().on_verify_complete_cpu(num_correct_drafts_per_req, batch_size=batch_size)  # type: ignore[misc]
         telemetry = self.dspark_telemetry
-        if telemetry is not None:
-            telemetry.on_verify_complete(num_correct_drafts_per_req)
+        if telemetry is None:
+            return
+        live, self.dspark_live_mask = self.dspark_live_mask, None
+        values = num_correct_drafts_per_req
+        if live is not None and len(live) == len(values) and not all(live):
+            values = [v for v, keep in zip(values, live, strict=True) if keep]
+        if values:
+            telemetry.on_verify_complete(values)
 
 
 # ------------------------------------------------------------------ the two arms
@@ -664,6 +703,7 @@ __all__ = [
     "HarvestDSparkWorker",
     "HarvestDSparkDraftModel",
     "PARSE_HOOK_TARGET",
+    "RESULT_HOOK_TARGET",
     "register_hooks",
     "served_markov_rank",
     "check_servable",
