@@ -432,6 +432,7 @@ class Run:
     counts: ProbeCounts | None = None
     probe: ProbeResult | None = None
     outputs: list[list[int]] = field(default_factory=list)
+    meta_lengths: list[float] = field(default_factory=list)  # sglang's meta_info figure, per request
 
     @property
     def matched(self) -> bool:
@@ -450,6 +451,9 @@ class Run:
             "harvest": self.harvest.name(),
             "matched": self.matched,
             "accept_length": self.telemetry.mean_accept_length() or 1.0,
+            "sglang_meta_accept_length": (
+                sum(self.meta_lengths) / len(self.meta_lengths) if self.meta_lengths else None
+            ),
             "per_position": self.telemetry.per_position_rates() or [],
             "exact_match": self.exact,
             "tokens_per_s": self.tokens_per_s,
@@ -509,6 +513,8 @@ def measure(
             run_.tokens += len(gen.tokens)
             run_.exact &= gen.tokens == ref.tokens
             run_.outputs.append(gen.tokens)
+            if gen.sglang_meta_accept_length is not None:
+                run_.meta_lengths.append(gen.sglang_meta_accept_length)
             run_.counts = run_.counts + probe_counts(gen.probe_rounds, prompt + ref.tokens)
             bar.update()
     bar.close()
@@ -585,7 +591,10 @@ def build_report(
                 },
             )
         )
+    from .telemetry import ACCEPT_LENGTH_DEFINITION
+
     return {
+        "accept_length_definition": ACCEPT_LENGTH_DEFINITION,
         "runs": [r.to_json() for r in runs],
         "ar_tokens_per_s": ar_tps,
         "manifest": manifests[0],

@@ -34,6 +34,17 @@ if TYPE_CHECKING:
     from .harvest import Resolution
 
 ACCEPT_LOGGER = "sglang_dspark_plugin.accept"
+
+ACCEPT_LENGTH_DEFINITION = (
+    "mean over every verify round of every request of the tokens it committed (accepted drafts + 1 "
+    "bonus), uncapped by the request's token budget; rounds of already finished requests excluded"
+)
+"""The headline accept length, the same in the reference engine, ``check`` and the served telemetry.
+
+It equals sglang's scheduler-log "accept len" except that sglang also counts an overlapped round of a
+request that had already finished. sglang's per-request ``meta_info["spec_accept_length"]`` is another
+figure (completion tokens / verify rounds: capped by the budget, counts the prefill token); ``check``
+reports it as ``sglang_meta_accept_length``."""
 """The dedicated logger: per-round lines, summaries, the alarm and geometry errors."""
 
 ENV_LOG_LEVEL = "MEMRA_DSPARK_ACCEPT_LOG_LEVEL"
@@ -737,6 +748,7 @@ class PrometheusMetrics:
 
 __all__ = [
     "ACCEPT_LOGGER",
+    "ACCEPT_LENGTH_DEFINITION",
     "ENV_LOG_LEVEL",
     "ENV_SUMMARY_EVERY",
     "ENV_ALARM_THRESHOLD",

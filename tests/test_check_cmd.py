@@ -18,6 +18,7 @@ RUN_KEYS = {
     "harvest",
     "matched",
     "accept_length",
+    "sglang_meta_accept_length",
     "per_position",
     "exact_match",
     "tokens_per_s",
@@ -45,6 +46,8 @@ def assert_run_shape(run: dict, block_size: int) -> None:
     # mean accept length = 1 + accepted drafts per round = 1 + the sum of the per-position rates
     assert run["accept_length"] == pytest.approx(1.0 + sum(rates))
     assert 1.0 <= run["accept_length"] <= gamma + 1
+    # sglang's meta_info figure: tokens / verify rounds per request, capped by the budget (<= gamma + 1)
+    assert 1.0 <= run["sglang_meta_accept_length"] <= gamma + 1
     assert run["exact_match"] is True
     assert run["tokens_per_s"] > 0
     assert isinstance(run["probe_verdict"], str) and run["probe_verdict"]
@@ -68,6 +71,7 @@ def test_check_json_schema_on_the_embedded_models(
     for run in runs:
         assert_run_shape(run, EMBEDDED.block_size)
     assert report["ar_tokens_per_s"] > 0
+    assert "uncapped" in report["accept_length_definition"]
     manifest = report["manifest"]
     assert manifest["producer"] == "reference-engine"
     assert manifest["block_size"] == EMBEDDED.block_size

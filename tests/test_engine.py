@@ -266,6 +266,10 @@ def test_telemetry_records_each_round(target) -> None:  # noqa: ANN001
     alone = speculative_generate(target, drafter, prompt, DSPARK, 30)
     assert alone.telemetry is not None and alone.telemetry.rounds == len(alone.rounds)
     assert alone.telemetry.mean_accept_length() == pytest.approx(tel.mean_accept_length())
+    # sglang's meta_info figure: the budget-capped tokens over verify rounds, never above the
+    # uncapped headline (the last round may commit more than the budget keeps)
+    assert gen.sglang_meta_accept_length == pytest.approx(30 / len(gen.rounds))
+    assert gen.sglang_meta_accept_length <= sum(gen.accept_lengths) / len(gen.rounds) + 1 / len(gen.rounds)
 
 
 def test_max_new_tokens_is_validated(target) -> None:  # noqa: ANN001

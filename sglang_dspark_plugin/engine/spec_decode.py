@@ -83,6 +83,12 @@ class Generation:
         """Tokens committed by each round (bonus included)."""
         return [r.accept_length for r in self.rounds]
 
+    @property
+    def sglang_meta_accept_length(self) -> float | None:
+        """The figure sglang's per-request ``meta_info["spec_accept_length"]`` shows for this generation:
+        new tokens (the prefill's first token included, the budget respected) over verify rounds."""
+        return len(self.tokens) / len(self.rounds) if self.rounds else None
+
 
 def _device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
