@@ -36,13 +36,31 @@ make_env() {  # name, requirement...
   echo "[setup] $name ready: $("$dir/bin/python" -c 'import sys; print(sys.version.split()[0])')"
 }
 
+setup_one() {
+  case "$1" in
+    main) make_env main "${MAIN_REQS[@]}" ;;
+    sglang-0.5.23) make_env sglang-0.5.23 "sglang==0.5.23" "${TEST_REQS[@]}" ;;
+    sglang-0.5.17) make_env sglang-0.5.17 "sglang==0.5.17" "${TEST_REQS[@]}" ;;
+  esac
+}
+
 want=("$@")
 [ ${#want[@]} -eq 0 ] && want=(main sglang-0.5.23 sglang-0.5.17)
 for env in "${want[@]}"; do
   case "$env" in
-    main) make_env main "${MAIN_REQS[@]}" ;;
-    sglang-0.5.23) make_env sglang-0.5.23 "sglang==0.5.23" "${TEST_REQS[@]}" ;;
-    sglang-0.5.17) make_env sglang-0.5.17 "sglang==0.5.17" "${TEST_REQS[@]}" ;;
+    main|sglang-0.5.23|sglang-0.5.17) ;;
     *) echo "unknown environment '$env' (expected main, sglang-0.5.23 or sglang-0.5.17)" >&2; exit 2 ;;
   esac
 done
+# The environments are independent and their creation is mostly download and unpacking: create them
+# side by side (a fresh machine then waits for the slowest, not the sum).
+pids=()
+for env in "${want[@]}"; do
+  setup_one "$env" &
+  pids+=($!)
+done
+failed=0
+for pid in "${pids[@]}"; do
+  wait "$pid" || failed=1
+done
+[ $failed -eq 0 ] || { echo "[setup] creating an environment failed (see above)" >&2; exit 1; }
