@@ -18,6 +18,13 @@ Configurations: ``baseline`` (no speculation), ``builtin-DFLASH`` (and ``builtin
     python scripts/gpu_validate.py --model-path TARGET --draft DRAFT --out report.json
     python scripts/gpu_validate.py --model-path TARGET --draft DRAFT --dry-run   # print the commands
 
+``--embedded`` runs instead the served cases of the CPU test suite (``scripts/served_cases.py``, the one
+definition both read) on the package's embedded tiny models, without the CPU patches: the same runs,
+prompts and checks (builtin = plugin arm, served = reference engine = greedy, the forced-harvest
+collapse and its alarm, concurrent requests), here with CUDA graphs and the GPU attention kernels:
+
+    python scripts/gpu_validate.py --embedded --out report.json
+
 Exit status: 0 when every check passes, 1 when one fails, 2 on a usage error.
 """
 
@@ -323,8 +330,9 @@ def _fmt(x: Any) -> str:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model-path", required=True, help="target model (local folder or hub id)")
-    p.add_argument("--draft", required=True, help="DFlash-family draft checkpoint")
+    p.add_argument("--embedded", action="store_true", help="run the served cases on the embedded models")
+    p.add_argument("--model-path", help="target model (local folder or hub id)")
+    p.add_argument("--draft", help="DFlash-family draft checkpoint")
     p.add_argument("--builtins", default="DFLASH", help="builtin algorithms to compare, e.g. DFLASH,DSPARK")
     p.add_argument("--prompts", default=None, help="file: one prompt per line, or JSON lines")
     p.add_argument("--max-new-tokens", type=int, default=256)
@@ -339,6 +347,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", default=None, help="write the JSON report here")
     p.add_argument("--dry-run", action="store_true", help="print the commands, launch nothing")
     args = p.parse_args(argv)
+    if not args.embedded and not (args.model_path and args.draft):
+        p.error("--model-path and --draft are required (or --embedded for the served cases)")
     builtins = [b.strip().upper() for b in args.builtins.split(",") if b.strip()]
     unknown = sorted(set(builtins) - {"DFLASH", "DSPARK"})
     if unknown:
@@ -347,8 +357,155 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+# ---------------------------------------------------------------- --embedded: the served cases
+
+
+def embedded_command(args: argparse.Namespace, run: Any, draft: Path | None) -> list[str]:
+    """``launch_server`` for one served-case run on the embedded target (``run`` None: no speculation)."""
+    from sglang_dspark_plugin.embedded import EMBEDDED
+
+    cmd = [
+        args.python,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(EMBEDDED.target),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(args.port),
+        "--log-level",
+        "info",
+        "--dtype",
+        "float32",
+    ]
+    if run is not None:
+        cmd += ["--speculative-algorithm", run.algorithm, "--speculative-draft-model-path", str(draft)]
+    return cmd + shlex.split(args.extra_args)
+
+
+def serve_outcome(
+    args: argparse.Namespace,
+    name: str,
+    cmd: list[str],
+    env: dict[str, str],
+    prompts: list[list[int]],
+    concurrent: bool,
+) -> Any:
+    """Launch, send every prompt alone (then all at once when ``concurrent``), stop: an Outcome."""
+    import served_cases as sc
+
+    log_path = Path(args.workdir) / f"{name.replace('/', '_')}.log"
+    params = {"temperature": 0, "max_new_tokens": sc.MAX_NEW_TOKENS, "ignore_eos": True}
+    base = f"http://127.0.0.1:{args.port}"
+    outcome = sc.Outcome(outputs=[], metas=[], log="")
+    with open(log_path, "w", encoding="utf-8") as log:
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env}, start_new_session=True
+        )
+        try:
+            wait_ready(base, proc, args.startup_timeout)
+            for ids in prompts:
+                out = _http(f"{base}/generate", {"input_ids": ids, "sampling_params": params})
+                outcome.outputs.append(out["output_ids"])
+                outcome.metas.append(out["meta_info"])
+            if concurrent:
+                batch = prompts[: sc.CONCURRENT_REQUESTS]
+                outs = _http(f"{base}/generate", {"input_ids": batch, "sampling_params": params})
+                outcome.concurrent_outputs = [o["output_ids"] for o in outs]
+                outcome.concurrent_metas = [o["meta_info"] for o in outs]
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+    outcome.log = log_path.read_text(encoding="utf-8", errors="replace")
+    return outcome
+
+
+def reference_rounds(drafter: Path, harvest: str, prompts: list[list[int]]) -> tuple[list, list]:
+    """The reference engine's tokens and per-round accept lengths (float32, CUDA when there is one)."""
+    import served_cases as sc
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from sglang_dspark_plugin.embedded import EMBEDDED
+    from sglang_dspark_plugin.engine import load_drafter, speculative_generate
+    from sglang_dspark_plugin.harvest import DsparkHarvest
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    target = AutoModelForCausalLM.from_pretrained(str(EMBEDDED.target), dtype=torch.float32).to(device).eval()
+    model = load_drafter(drafter).to(device).eval()
+    gens = [
+        speculative_generate(target, model, p, DsparkHarvest.from_name(harvest), sc.MAX_NEW_TOKENS)
+        for p in prompts
+    ]
+    return [g.tokens for g in gens], [g.accept_lengths for g in gens]
+
+
+def run_embedded(args: argparse.Namespace) -> int:
+    """The served cases of scripts/served_cases.py on a GPU server; PASS/FAIL per check."""
+    import tempfile
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import served_cases as sc
+    from transformers import AutoTokenizer
+
+    from sglang_dspark_plugin.embedded import EMBEDDED
+
+    tok = AutoTokenizer.from_pretrained(str(EMBEDDED.target), local_files_only=True)
+    prompts = [tok(t, add_special_tokens=False)["input_ids"] for t in EMBEDDED.prompts]
+    Path(args.workdir).mkdir(parents=True, exist_ok=True)
+    drafters = sc.drafter_folders(EMBEDDED.root, Path(tempfile.mkdtemp(dir=args.workdir)))
+    runs = sc.runs_of()
+    if args.dry_run:
+        print(f"# served cases: {', '.join(c.name for c in sc.CASES)}")
+        print("# baseline")
+        print(shlex.join(embedded_command(args, None, None)))
+        for run in runs:
+            env = " ".join(f"{k}={v}" for k, v in sorted(run.env().items()))
+            print(f"# {run.name}")
+            print(
+                (f"env {env} " if env else "")
+                + shlex.join(embedded_command(args, run, drafters[run.drafter]))
+            )
+        return 0
+    greedy = serve_outcome(args, "baseline", embedded_command(args, None, None), {}, prompts, False).outputs
+    got = {}
+    for run in runs:
+        print(f"[gpu_validate] {run.name}: launching", flush=True)
+        cmd = embedded_command(args, run, drafters[run.drafter])
+        got[run.name] = serve_outcome(args, run.name, cmd, run.env(), prompts, run.concurrent)
+    checks: list[tuple[str, Any]] = []
+    for case in sc.CASES:
+        if case.kind == "identical":
+            results = sc.check_identical(got[case.runs[0]], got[case.runs[1]], greedy)
+        elif case.kind == "reference":
+            results = []
+            for name in case.runs:
+                run = sc.RUNS[name]
+                tokens, rounds = reference_rounds(drafters[run.drafter], run.served_harvest, prompts)
+                results += sc.check_reference(run, got[name], tokens, rounds, greedy)
+        elif case.kind == "collapse":
+            results = sc.check_collapse({n: got[n] for n in case.runs}, greedy)
+        else:
+            results = [c for n in case.runs for c in sc.check_concurrent(got[n], greedy)]
+        checks += [(case.name, c) for c in results]
+    for case_name, c in checks:
+        print(f"{'PASS' if c.ok else 'FAIL'} {case_name}: {c.name}" + (f" ({c.detail})" if c.detail else ""))
+    if args.out:
+        report = {"checks": [{"case": n, "check": c.name, "ok": c.ok, "detail": c.detail} for n, c in checks]}
+        Path(args.out).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return 0 if all(c.ok for _, c in checks) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.embedded:
+        return run_embedded(args)
     runs = build_runs(args.builtin_list)
     arm, why = census_arm(args.draft)
     prompts = load_prompts(args.prompts)

@@ -180,7 +180,7 @@ def test_server_accept_length_shapes() -> None:
 # No GPU here, so a small HTTP server stands in for `python -m sglang.launch_server`: it serves
 # /health, /generate and /get_server_info, resolves the harvest with the plugin's real served() and
 # logs through the real AcceptTelemetry. Matched harvest: 2 drafts accepted per round; mismatched: 0.
-FAKE_SERVER = r'''
+FAKE_SERVER = r"""
 import json, logging, os, sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
@@ -231,7 +231,7 @@ class Handler(BaseHTTPRequestHandler):
         self.reply({"text": "out:" + req["text"][::-1], "meta_info": meta})
 
 ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
-'''
+"""
 
 
 def _free_port() -> int:
@@ -282,3 +282,30 @@ def test_full_run_against_a_stand_in_server(name: str, tmp_path: Path) -> None:
     assert checks["dflash_arm_identical_to_builtin_DFLASH"]["ok"] is True
     assert code == 0
     assert (tmp_path / "runs" / "plugin-auto.log").read_text().count("DSPARK_HARVEST: harvest=") == 1
+
+
+def test_embedded_dry_run_lists_exactly_the_served_cases_runs(tmp_path: Path) -> None:
+    """--embedded runs the CPU suite's served cases (scripts/served_cases.py), no second list."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    import served_cases as sc
+
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--embedded", "--dry-run", "--workdir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    names = [
+        line[2:] for line in proc.stdout.splitlines() if line.startswith("# ") and "served cases" not in line
+    ]
+    assert names == ["baseline", *[r.name for r in sc.runs_of()]]
+    commands = [line for line in proc.stdout.splitlines() if "sglang.launch_server" in line]
+    for run, cmd in zip(sc.runs_of(), commands[1:], strict=True):
+        assert f"--speculative-algorithm {run.algorithm}" in cmd
+        assert (
+            ("MEMRA_DSPARK_HARVEST=" + run.harvest in cmd)
+            if run.harvest
+            else "MEMRA_DSPARK_HARVEST" not in cmd
+        )
+    assert "drafter-dspark-zero-markov" in proc.stdout
