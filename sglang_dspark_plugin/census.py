@@ -66,6 +66,8 @@ SGLANG_BUNDLE_KEYS = (
 )
 
 MARKOV_PREFIXES = ("markov_head.", "logit_head.markov_head.")
+# Every Markov head type has these two tables, both [vocab_size, markov_rank] (sglang models/dspark.py).
+MARKOV_TABLES = ("markov_head.markov_w1.weight", "markov_head.markov_w2.weight")
 DOMINO_PREFIXES = ("prefix_gru.", "embed_proj.", "logit_head.prefix_gru.", "logit_head.embed_proj.")
 INFO_PREFIXES = ("candidate_selector.", "confidence_head.", "logit_head.confidence_head.")
 
@@ -90,9 +92,9 @@ def census(path_or_hub_id: str | os.PathLike[str]) -> DflashCfg:
     """
     folder = resolve_checkpoint(path_or_hub_id)
     config = _read_config(folder)
-    tensor_names = _read_tensor_names(folder)
+    tensor_names, markov_tables = _read_tensor_names(folder)
     strategy = _read_training_strategy(folder / TRAINING_STATE)
-    return _Census(str(folder), config, tensor_names, strategy).run()
+    return _Census(str(folder), config, tensor_names, strategy, markov_tables=markov_tables).run()
 
 
 # -- locating and reading the files --------------------------------------------------------------
@@ -189,21 +191,27 @@ def _read_config(folder: Path) -> dict[str, Any]:
     return data
 
 
-def _read_tensor_names(folder: Path) -> dict[str, str]:
-    """Tensor name -> the file that lists it: safetensors headers plus the shard index.
+def _read_tensor_names(folder: Path) -> tuple[dict[str, str], dict[str, tuple[str, tuple[int, ...]]]]:
+    """Tensor name -> the file that lists it: safetensors headers plus the shard index; and the
+    ``MARKOV_TABLES`` the headers list, name -> (file, shape).
 
     The index's shards are validated (names inside the folder) but need not be present: the census
     reads names, and a config-only download still has its index.
     """
     names: dict[str, str] = {}
+    tables: dict[str, tuple[str, tuple[int, ...]]] = {}
     weight_map = read_index(folder / INDEX)
     if weight_map is not None:
         names.update(dict.fromkeys(weight_map, INDEX))
     for entry in list_dir(folder):
         if entry.endswith(".safetensors") and not entry.startswith("."):
             # only the 8 length bytes and the header are read: a shard larger than memory is fine
-            names.update(dict.fromkeys(read_safetensors_header(folder / entry), printable(entry)))
-    return names
+            header = read_safetensors_header(folder / entry)
+            names.update(dict.fromkeys(header, printable(entry)))
+            tables.update(
+                (n, (printable(entry), t.shape)) for n, t in header.items() if n.endswith(MARKOV_TABLES)
+            )
+    return names, tables
 
 
 # -- training_state.pt without torch --------------------------------------------------------------
@@ -333,6 +341,7 @@ class _Census:
     tensors: dict[str, str]
     strategy: Any = None
     evidence: list[Signal] = field(default_factory=list)
+    markov_tables: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
 
     @property
     def config_file(self) -> str:
@@ -636,22 +645,34 @@ class _Census:
         return value
 
     def _markov_rank(self) -> int | None:
+        # every place sglang (dspark_config, text_config, top level, dspark_*) or SpecForge
+        # (dflash_config) writes it; they must agree with each other and with the tables' shapes
         spellings = [
-            *self._lookups("markov_rank", ((), ("dflash_config",), ("dspark_config",))),
+            *self._lookups("markov_rank", ((), ("dflash_config",), ("dspark_config",), ("text_config",))),
             *self._lookups("dspark_markov_rank", ((),)),
         ]
-        rank: int | None = None
+        ranks: dict[str, int] = {}
         for key, value in spellings:
             if value is None:
                 self._signal(key, None, TIER_INFO, None, "null: no vote")
                 continue
-            value = self._int(key, value, minimum=0, what="a Markov rank")
+            ranks[key] = value = self._int(key, value, minimum=0, what="a Markov rank")
             if value > 0:
                 self._signal(key, value, TIER_STRUCTURAL, VOTE_DSPARK, "a Markov head")
-                rank = value if rank is None else rank
             else:
                 self._signal(key, value, TIER_INFO, None, "no Markov head: absence is not a vote")
-                rank = 0 if rank is None else rank
+        agreed = self._agreed(ranks, "Markov ranks", "keep the rank the drafter was trained with.")
+        if agreed is None:
+            return None
+        key, rank = agreed
+        for name, (file, shape) in sorted(self.markov_tables.items()):
+            if len(shape) != 2 or shape[1] != rank:
+                raise InvalidCheckpointError(
+                    f"{self.config_file}: {key} = {rank} but {file}:{name} has shape {list(shape)}, and "
+                    "markov_w1 / markov_w2 are [vocab_size, markov_rank]; set the rank the Markov head "
+                    "was trained with, or re-export the checkpoint.",
+                    where=f"{self.config_file}:{key}",
+                )
         return rank
 
     def _weights(self) -> None:

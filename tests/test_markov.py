@@ -479,3 +479,73 @@ def test_check_refuses_a_markov_head_over_another_vocabulary(tmp_path, capsys) -
     error = json.loads(capsys.readouterr().out)["error"]
     assert code == 2 and error["kind"] == "invalid"
     assert "Markov head biases 1000 tokens" in error["message"] and "1536" in error["message"]
+
+
+# -- (e) every spelling real exports use; (d) a rank the tensors contradict ----------------------
+
+
+def _spelled(spelling: str, head_type: str) -> dict:
+    """The same drafter's config in one of the spellings real exports and sglang use."""
+    cfg = markov_config(head_type)
+    heads = {k: cfg.pop(k) for k in ("markov_rank", "markov_head_type")}
+    for k in ("markov_rank", "markov_head_type"):
+        cfg["dflash_config"].pop(k)
+    if spelling == "specforge-raw":  # SpecForge's own output: nested in dflash_config
+        cfg["architectures"] = ["DSparkDraftModel"]
+        cfg["dflash_config"].update(heads)
+    elif spelling == "specforge-normalised":  # its normalize_dflash_export.py: hoisted, nested kept
+        cfg["architectures"] = ["Qwen3DSparkModel"]
+        cfg.update(heads)
+        cfg["dflash_config"].update(heads)
+    elif spelling == "top-level":
+        cfg.update(heads)
+    elif spelling in ("dspark_config", "text_config"):
+        cfg[spelling] = dict(heads)
+    elif spelling == "dspark-prefixed":  # sglang's dspark_* keys
+        cfg.update(dspark_markov_rank=heads["markov_rank"], dspark_markov_head_type=heads["markov_head_type"])
+    return cfg
+
+
+SPELLINGS = ("specforge-raw", "specforge-normalised", "top-level", "dspark_config", "text_config",
+             "dspark-prefixed")
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS)
+def test_every_spelling_of_the_markov_keys_is_read(tmp_path, target, spelling) -> None:  # noqa: ANN001
+    from sglang_dspark_plugin.census import census
+
+    drafter = markov_drafter("gated", seed=16)  # not the default type: the type must be read too
+    folder = _write(tmp_path / spelling, _spelled(spelling, "gated"), drafter.state_dict())
+    cfg = census(folder)
+    assert cfg.markov_rank == RANK and cfg.strategy_dspark
+    assert any(s.vote == "dspark" and "markov_rank" in s.signal for s in cfg.evidence), cfg.evidence
+    loaded = load_drafter(folder)
+    assert loaded.describe()["markov_head"] == {"type": "gated", "rank": RANK}
+    a = speculative_generate(target, drafter, PROMPTS[0], DSPARK, 10)
+    b = speculative_generate(target, loaded, PROMPTS[0], DSPARK, 10)
+    assert [r.drafts for r in a.rounds] == [r.drafts for r in b.rounds]
+
+
+@pytest.mark.parametrize("config_rank", [RANK + 4, 0])
+def test_a_markov_rank_the_tensor_shapes_contradict_is_refused(tmp_path, config_rank) -> None:  # noqa: ANN001
+    from sglang_dspark_plugin.census import census
+
+    cfg = markov_config("vanilla")
+    cfg["markov_rank"] = cfg["dflash_config"]["markov_rank"] = config_rank
+    folder = _write(tmp_path / f"rank{config_rank}", cfg, _saved_state())
+    for read in (census, load_drafter):
+        with pytest.raises(InvalidCheckpointError) as err:
+            read(folder)
+        message = err.value.message
+        assert f"markov_rank = {config_rank}" in message, message
+        assert f"markov_head.markov_w1.weight has shape [{V}, {RANK}]" in message
+        assert err.value.kind == "invalid" and err.value.where.endswith(":markov_rank")
+
+
+def test_markov_rank_spellings_that_disagree_are_refused(tmp_path) -> None:  # noqa: ANN001
+    from sglang_dspark_plugin.census import census
+
+    cfg = markov_config("vanilla")
+    cfg["text_config"] = {"markov_rank": RANK * 2}
+    with pytest.raises(InvalidCheckpointError, match=r"Markov ranks disagree .*text_config.markov_rank=16"):
+        census(_write(tmp_path / "disagree", cfg, _saved_state()))
