@@ -549,3 +549,28 @@ def test_markov_rank_spellings_that_disagree_are_refused(tmp_path) -> None:  # n
     cfg["text_config"] = {"markov_rank": RANK * 2}
     with pytest.raises(InvalidCheckpointError, match=r"Markov ranks disagree .*text_config.markov_rank=16"):
         census(_write(tmp_path / "disagree", cfg, _saved_state()))
+
+
+@pytest.mark.parametrize("flag", [{"sample_from_anchor": False}, {"dspark_bonus_anchor": True}])
+def test_a_mask_fill_dspark_checkpoint_with_a_markov_head_is_measured(tmp_path, target, flag) -> None:  # noqa: ANN001
+    """sglang 0.5.23's sample_from_anchor=false layout: drafts from rows 1..b-1, draft 1's bias from
+    the bonus (anchor) token, each later one from the draft before it; the census says dflash."""
+    from sglang_dspark_plugin.census import census
+
+    drafter = markov_drafter("rnn", seed=17)
+    folder = _write(tmp_path / "mask-fill", {**markov_config("rnn"), **flag}, drafter.state_dict())
+    assert census(folder).strategy_dspark is False
+    loaded = load_drafter(folder)
+    ref = greedy(target, PROMPTS[1], 16)
+    assert speculative_generate(target, loaded, PROMPTS[1], DFLASH, 16).tokens == ref
+    state = prefill(target, loaded, PROMPTS[1])
+    anchor = state.tokens[-1]
+    seen, handle = capture_rows(loaded)
+    try:
+        result = speculative_round(target, loaded, DFLASH, state)
+    finally:
+        handle.remove()
+    rows = seen[0][1:B]
+    base = rows @ target.lm_head.weight.detach().T
+    prevs = [anchor, *result.drafts[:-1]]
+    assert list(result.drafts) == reference_logits(loaded.markov_head, base, rows, prevs).argmax(-1).tolist()
