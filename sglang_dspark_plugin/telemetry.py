@@ -19,7 +19,9 @@ from __future__ import annotations
 import logging
 import math
 import os
+import threading
 import time
+from array import array
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -251,13 +253,78 @@ def _harvest_name(harvest: DsparkHarvest | str) -> str:
     return member.name()
 
 
+_FOLD_BYTES = 1 << 16
+"""Counts buffered before they are folded into the histogram (64 KiB: 256 rounds at batch 256)."""
+
+_new_record = object.__new__
+"""A ``LogRecord`` without running ``LogRecord.__init__`` (its fields are copied from a template)."""
+
+
+class _LineMaker:
+    """The per-round counts packed into bytes, and the ``accept_len`` text built from them.
+
+    One ``bytes(counts)`` checks that every count is an int in 0..255 (``TypeError`` / ``ValueError``
+    otherwise); from there the range check, the sum, the histogram and the text are C-level passes
+    over the bytes (``translate``, ``count``, slice assignment), with no Python step per request.
+    Accept lengths above 255 (gamma >= 255, far beyond published drafters) use an ``array('H')``
+    and plain loops instead.
+    """
+
+    def __init__(self, gamma: int) -> None:
+        self.gamma = gamma
+        self.small = gamma < 255
+        self.width = len(str(gamma + 1))  # digits of the longest accept length
+        self._text = [str(n + 1) for n in range(gamma + 1)]
+        if self.small:
+            self._valid = bytes(range(gamma + 1))
+            self._plus_one = bytes(min(n + 1, 255) for n in range(256))
+            # One table per digit position: count n -> that digit of n+1, NUL where n+1 has fewer digits.
+            padded = [str(min(n, gamma) + 1).rjust(self.width, "\0") for n in range(256)]
+            self._digits = [bytes(ord(t[d]) for t in padded) for d in range(self.width)]
+
+    def empty(self) -> bytearray | array:
+        """A buffer that ``pack``'s results can be appended to."""
+        return bytearray() if self.small else array("H")
+
+    def pack(self, counts: Sequence[Any]) -> bytes | array | None:
+        """The counts, packed; ``None`` when one is not an int in [0, gamma]."""
+        if type(counts) is not list and type(counts) is not tuple:
+            counts = list(counts)  # never the raw buffer of an array-like
+        try:
+            packed = bytes(counts) if self.small else array("H", counts)
+        except (TypeError, ValueError, OverflowError):
+            return None
+        if self.small:
+            return None if packed.translate(None, self._valid) else packed
+        return None if max(packed) > self.gamma else packed
+
+    def accept_lengths(self, packed: bytes | array) -> list[int]:
+        """Accepted drafts + 1 per request."""
+        if self.small:
+            return list(packed.translate(self._plus_one))
+        return [n + 1 for n in packed]
+
+    def text(self, packed: bytes | array) -> str:
+        """``1,4,17`` for counts ``[0, 3, 16]``."""
+        if not self.small or len(packed) <= 16:  # a plain join is cheaper for a handful of requests
+            return ",".join([self._text[n] for n in packed])
+        step = self.width + 1
+        out = bytearray(len(packed) * step)
+        for d, table in enumerate(self._digits):
+            out[d::step] = packed.translate(table)
+        out[self.width :: step] = b"," * len(packed)
+        return out.translate(None, b"\0")[:-1].decode("ascii")
+
+
 class AcceptTelemetry:
     """Per-round accept-length telemetry for one served drafter (one per process / rank).
 
     ``gamma`` is the drafts per round (``RoundGeometry.gamma``); ``harvest``, ``source`` and ``evidence``
     come from the resolution (``DsparkHarvest.explain``) and are named by every line and the alarm;
     ``settings=None`` reads the ``MEMRA_DSPARK_*`` variables; ``metrics`` is an optional
-    ``PrometheusMetrics``; ``clock`` (seconds, monotonic) and ``logger`` are injectable for tests.
+    ``PrometheusMetrics``; ``clock`` (seconds, monotonic) and ``logger`` are injectable for tests;
+    ``dp_rank`` (the data-parallel attention group this telemetry watches, where there are several)
+    ends every line with ``dp=N``.
     """
 
     def __init__(
@@ -270,6 +337,7 @@ class AcceptTelemetry:
         metrics: PrometheusMetrics | None = None,
         clock: Callable[[], float] | None = None,
         logger: logging.Logger | None = None,
+        dp_rank: int | None = None,
     ) -> None:
         if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
             raise GeometryError(
@@ -285,9 +353,14 @@ class AcceptTelemetry:
         self.metrics = metrics
         self.logger = logger if logger is not None else logging.getLogger(ACCEPT_LOGGER)
         self._clock = clock if clock is not None else time.monotonic
+        self.dp_rank = dp_rank
         self._tag = f"{self.harvest}({self.source})"
-        self._length_text = [str(n + 1) for n in range(gamma + 1)]
+        # Appended to every line: with data-parallel attention each DP group logs its own rounds.
+        self._dp_tag = "" if dp_rank is None else f" dp={dp_rank}"
         self._hook_line = AcceptTelemetry.on_verify_complete.__code__.co_firstlineno
+        self._lines = _LineMaker(gamma)
+        self._record_template: dict[str, Any] | None = None
+        self._record_thread: int | None = None
 
         s = self.settings
         self._round_level = s.accept_log_level
@@ -303,7 +376,8 @@ class AcceptTelemetry:
         self._rounds = 0  # valid rounds (in the statistics)
         self._request_rounds = 0
         self._accepted = 0  # accepted drafts (bonus tokens not included)
-        self._hist = [0] * (gamma + 1)  # request-rounds by accepted-draft count 0..gamma
+        self._hist_counts = [0] * (gamma + 1)  # request-rounds by accepted-draft count 0..gamma
+        self._unfolded = self._lines.empty()  # counts of recent rounds, folded into the histogram when read
         self.invalid_rounds = 0
         self._invalid_reported = False
         # The rolling window: ring buffers of per-round accepted tokens (bonus included) and batch sizes.
@@ -335,10 +409,18 @@ class AcceptTelemetry:
         settings: TelemetrySettings | None = None,
         metrics: PrometheusMetrics | None = None,
         clock: Callable[[], float] | None = None,
+        dp_rank: int | None = None,
     ) -> AcceptTelemetry:
         """Telemetry for a resolved harvest (``DsparkHarvest.explain``) and its round geometry."""
         return cls(
-            gamma, resolution.harvest, resolution.source, resolution.evidence, settings, metrics, clock
+            gamma,
+            resolution.harvest,
+            resolution.source,
+            resolution.evidence,
+            settings,
+            metrics,
+            clock,
+            dp_rank=dp_rank,
         )
 
     # ----------------------------------------------------------------- the per-round hook
@@ -359,29 +441,17 @@ class AcceptTelemetry:
             return record
         if self._t0 is None:
             self._t0 = self._clock()
-        try:
-            accepted = sum(counts)
-            valid = min(counts) >= 0 and max(counts) <= self.gamma
-        except TypeError:
-            valid = False
-        if valid:
-            hist = self._hist
-            try:
-                for n in counts:
-                    hist[n] += 1  # a float count passes min/max but raises TypeError here
-            except TypeError:
-                for n in counts:  # undo the increments made before the first non-integer count
-                    try:
-                        hist[n] -= 1
-                    except TypeError:
-                        break
-                valid = False
-        if not valid:
+        packed = self._lines.pack(counts)
+        if packed is None:
             return self._invalid_round(index, counts)
+        # C-level work only (no per-request Python step): the sum, and the counts kept for the histogram.
+        accepted = sum(packed)
+        self._unfolded += packed
+        if len(self._unfolded) >= _FOLD_BYTES:
+            self._fold()
 
-        accept_lengths = [n + 1 for n in counts]
         mean = 1.0 + accepted / bs
-        record = RoundRecord(index, bs, accept_lengths, mean)
+        record = RoundRecord(index, bs, self._lines.accept_lengths(packed), mean)
         self._records.append(record)
         self._rounds += 1
         self._request_rounds += bs
@@ -389,11 +459,10 @@ class AcceptTelemetry:
 
         level = self._round_level
         if level is not None and self.logger.isEnabledFor(level):
-            text = self._length_text  # "n+1" strings by count: no per-request int formatting
             self._emit(
                 level,
-                f"dspark accept round={index} bs={bs} accept_len=[{','.join([text[n] for n in counts])}] "
-                f"mean={mean:.2f} harvest={self._tag}",
+                f"dspark accept round={index} bs={bs} accept_len=[{self._lines.text(packed)}] "
+                f"mean={mean:.2f} harvest={self._tag}{self._dp_tag}",
             )
         if self._alarm_on and self._rounds > self._warmup:
             self._roll_window(accepted + bs, bs, index)
@@ -404,12 +473,53 @@ class AcceptTelemetry:
         return record
 
     def _emit(self, level: int, message: str) -> None:
-        # Logger.log would walk the stack for the caller (findCaller): about a third of a log call.
+        """Hand one line to the logger's handlers without ``Logger.log``'s per-call work.
+
+        ``Logger.log`` walks the stack for the caller and ``LogRecord.__init__`` looks up the thread,
+        process and time: most of a log call before any handler runs. The record here is a copy of
+        one built by ``makeRecord`` for this logger, level and thread, with the message and the time
+        set; each round still gets its own record object (a handler may keep it). A custom record
+        factory is honoured by building every record through it.
+        """
         logger = self.logger
-        record = logger.makeRecord(
-            logger.name, level, __file__, self._hook_line, message, None, None, "on_verify_complete"
-        )
+        template = self._record_template
+        if (
+            template is None
+            or template["levelno"] != level
+            or self._record_thread != threading.get_ident()
+            or logging.getLogRecordFactory() is not logging.LogRecord
+        ):
+            record = logger.makeRecord(
+                logger.name, level, __file__, self._hook_line, message, None, None, "on_verify_complete"
+            )
+            if type(record) is logging.LogRecord:
+                self._record_template = dict(record.__dict__)
+                self._record_thread = threading.get_ident()
+            logger.handle(record)
+            return
+        record = _new_record(logging.LogRecord)
+        record.__dict__.update(template)
+        now = time.time()
+        record.msg = message
+        record.created = now
+        record.msecs = int((now - int(now)) * 1000) + 0.0  # LogRecord's own rounding
+        record.relativeCreated = template["relativeCreated"] + (now - template["created"]) * 1000.0
         logger.handle(record)
+
+    def _fold(self) -> None:
+        """Add the counts of the rounds since the last fold to the histogram (17 C scans for gamma 16)."""
+        pending = self._unfolded
+        if pending:
+            hist = self._hist_counts
+            for k in range(len(hist)):
+                hist[k] += pending.count(k)
+            del pending[:]
+
+    @property
+    def _hist(self) -> list[int]:
+        """Request-rounds by accepted-draft count 0..gamma, up to date."""
+        self._fold()
+        return self._hist_counts
 
     def _roll_window(self, tokens: int, bs: int, index: int) -> None:
         pos = self._ring_pos
@@ -438,8 +548,8 @@ class AcceptTelemetry:
                 "for the %s harvest (source=%s). The scheduler's verify width does not match this geometry: "
                 "speculative_num_draft_tokens must be gamma+1=%d. This round and any like it are left "
                 "out of the accept-length statistics (reported once; count in summary 'invalid_rounds'). "
-                "Check --speculative-num-draft-tokens and the drafter's block_size.",
-                index, bad, self.gamma, self.harvest, self.source, self.gamma + 1,
+                "Check --speculative-num-draft-tokens and the drafter's block_size.%s",
+                index, bad, self.gamma, self.harvest, self.source, self.gamma + 1, self._dp_tag,
             )
         lengths = [n + 1 if isinstance(n, int) else -1 for n in counts]
         record = RoundRecord(index, len(counts), lengths, math.nan, valid=False)
@@ -472,7 +582,7 @@ class AcceptTelemetry:
             f"max {self.gamma + 1}). harvest={self.harvest} source={self.source} "
             f"evidence: {self._evidence_text()}. Likely cause: drafts harvested under the wrong convention: "
             f"acceptance collapses toward 1.0 while outputs stay correct. {fix}; if acceptance stays low "
-            f"under both harvests, the drafter does not fit this target or workload."
+            f"under both harvests, the drafter does not fit this target or workload.{self._dp_tag}"
         )
 
     def _fire_alarm(self, index: int) -> None:
@@ -542,6 +652,7 @@ class AcceptTelemetry:
             "harvest": self.harvest,
             "source": self.source,
             "gamma": self.gamma,
+            "dp_rank": self.dp_rank,
             "rounds": self._rounds,
             "request_rounds": self._request_rounds,
             "accepted_drafts": self._accepted,
@@ -575,7 +686,7 @@ class AcceptTelemetry:
             f"window_mean={'n/a' if window is None else f'{window:.2f}'} "
             f"per_position=[{','.join(f'{r:.2f}' for r in rates)}] "
             f"harvest={self._tag} gamma={self.gamma} rounds_per_s={rps} "
-            f"alarms={self.alarms_fired} invalid_rounds={self.invalid_rounds}"
+            f"alarms={self.alarms_fired} invalid_rounds={self.invalid_rounds}{self._dp_tag}"
         )
 
     def log_summary(self) -> None:
@@ -594,7 +705,7 @@ class AcceptTelemetry:
         return (
             f"dspark accept telemetry: harvest={self._tag} gamma={self.gamma} "
             f"per_round_level={_level_name(s.accept_log_level)} summary_every={s.summary_every} "
-            f"alarm={alarm} metrics={'on' if self.metrics is not None else 'off'}"
+            f"alarm={alarm} metrics={'on' if self.metrics is not None else 'off'}{self._dp_tag}"
         )
 
 

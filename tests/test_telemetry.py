@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -380,6 +382,85 @@ def test_out_of_range_counts_are_reported_once_and_kept_out(captured, bad):
     assert t.rounds == 2 and t.records[-1].valid
 
 
+@pytest.mark.parametrize("gamma", [4, 16, 300])
+@pytest.mark.parametrize("bs", [3, 64, 300])
+def test_round_line_and_statistics_are_the_same_on_every_path(captured, gamma, bs):
+    # bytes fast path (gamma < 255, the text built by translation from bs 17 on), array path (gamma 300)
+    rng = random.Random(gamma * 1000 + bs)
+    t = telemetry(gamma=gamma, accept_log_level=logging.INFO)
+    flat: list[int] = []
+    rounds = 300 if bs == 300 else 3  # 300 x 300 counts: the buffered counts are folded in mid-stream
+    for i in range(rounds):
+        counts = [rng.choice([0, 1, gamma, rng.randint(0, gamma)]) for _ in range(bs)]
+        record = t.on_verify_complete(counts)
+        flat += counts
+        assert record.accept_lengths == [n + 1 for n in counts]
+        mean = sum(n + 1 for n in counts) / bs
+        line = captured.messages(f"dspark accept round={i + 1} ")[0]
+        assert line == (
+            f"dspark accept round={i + 1} bs={bs} accept_len=[{','.join(str(n + 1) for n in counts)}] "
+            f"mean={mean:.2f} harvest=dspark(census)"
+        )
+    histogram = t.summary()["accept_length_histogram"]
+    assert histogram == {str(n + 1): flat.count(n) for n in range(gamma + 1)}
+    assert t.accepted_drafts == sum(flat) and t.request_rounds == len(flat)
+
+
+def test_each_round_line_is_its_own_log_record_with_its_own_time_and_thread(captured):
+    clock = iter(range(100)).__next__
+    t = AcceptTelemetry(4, "dspark", "census", settings=TelemetrySettings(summary_every=0), clock=clock)
+    t.on_verify_complete([1])
+    t.on_verify_complete([2, 3])
+    worker = threading.Thread(target=t.on_verify_complete, args=([4],), name="overlap-thread")
+    worker.start()
+    worker.join()
+    first, second, third = captured.records
+    assert first is not second  # a handler may keep the records it was given
+    assert [r.getMessage().split(" mean=")[0] for r in (first, second, third)] == [
+        "dspark accept round=1 bs=1 accept_len=[2]",
+        "dspark accept round=2 bs=2 accept_len=[3,4]",
+        "dspark accept round=3 bs=1 accept_len=[5]",
+    ]
+    assert first.created <= second.created <= third.created
+    assert (first.threadName, third.threadName) == (threading.current_thread().name, "overlap-thread")
+    assert second.funcName == "on_verify_complete" and second.levelno == logging.INFO
+    assert second.relativeCreated >= first.relativeCreated
+
+
+def test_a_custom_log_record_factory_builds_every_round_record(captured):
+    made: list[str] = []
+    default = logging.getLogRecordFactory()
+
+    def factory(*args, **kwargs):
+        record = default(*args, **kwargs)
+        made.append(record.getMessage())
+        record.request_id = len(made)
+        return record
+
+    logging.setLogRecordFactory(factory)
+    try:
+        t = AcceptTelemetry(4, "dspark", "census", settings=TelemetrySettings(summary_every=0))
+        t.on_verify_complete([1])
+        t.on_verify_complete([2])
+    finally:
+        logging.setLogRecordFactory(default)
+    assert len(made) == 2 and [r.request_id for r in captured.records] == [1, 2]
+
+
+def test_data_parallel_rank_tags_every_line(captured):
+    s = TelemetrySettings(summary_every=2, alarm_warmup=0, alarm_window=2)
+    t = AcceptTelemetry(4, "dspark", "census", settings=s, dp_rank=3)
+    for _ in range(2):
+        t.on_verify_complete([0, 0])
+    rounds = captured.messages("dspark accept round=")
+    assert rounds[0] == "dspark accept round=1 bs=2 accept_len=[1,1] mean=1.00 harvest=dspark(census) dp=3"
+    assert captured.messages("accept summary")[0].endswith(" dp=3")
+    assert captured.messages("ALARM")[0].endswith(" dp=3")
+    assert t.describe().endswith(" dp=3") and t.summary()["dp_rank"] == 3
+    untagged = AcceptTelemetry(4, "dspark", "census", settings=QUIET)
+    assert "dp=" not in untagged.summary_line() and untagged.summary()["dp_rank"] is None
+
+
 # ----------------------------------------------------------------------------- settings from the environment
 
 
@@ -526,10 +607,11 @@ def test_bench_script_prints_the_three_batch_sizes():
         capture_output=True, text=True, check=True, timeout=120,
     )
     report = json.loads(out.stdout)
-    assert set(report["us_per_round"]) == {"default", "logger-warning", "default+metrics"}
+    assert set(report["us_per_round"]) == {"file", "file+metrics", "null-handler", "logger-warning"}
     for row in report["us_per_round"].values():
         assert set(row) == {"1", "64", "256"} and all(v > 0 for v in row.values())
-    assert report["target"] in {"MET", "MISSED"}
+    assert report["target"] in {"MET", "MISSED"} and set(report["targets"]) == {"64", "256"}
+    assert all(report["log_bytes_per_round"][bs] > 60 for bs in ("1", "64", "256"))  # a real file was written
     assert out.stderr == ""  # nothing leaks to the console from the timed loop
 
 
