@@ -206,8 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"accept telemetry, microseconds per round (median of {args.repeats}; gamma={args.gamma}; "
           f"python {sys.version.split()[0]}; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs)")
-    print(f"  file: the per-round INFO line (the default) through a FileHandler, formatter {SGLANG_FORMAT!r}; "
-          "null-handler: the same through logging.NullHandler; logger-warning: the accept logger at "
+    print(f"  file: the per-round INFO line (the default) through a FileHandler, formatter {SGLANG_FORMAT!r};"
+          " null-handler: the same through logging.NullHandler; logger-warning: the accept logger at "
           "WARNING (no per-round line)")
     for title, table in (("CPU time (the cost to the scheduler thread)", results),
                          ("wall time (includes waiting for a CPU on a busy machine)", wall)):
