@@ -22,8 +22,10 @@ from typing import Any
 PLUGIN = "DSPARK_HARVEST"
 MAX_NEW_TOKENS = 64
 CONCURRENT_REQUESTS = 8
-ALARM_ENV = {"MEMRA_DSPARK_ALARM_WARMUP": "8", "MEMRA_DSPARK_ALARM_WINDOW": "16"}
-"""A short alarm warm-up and window, so that 8 prompts x 64 tokens are enough to raise it."""
+ALARM_ENV = {"MEMRA_DSPARK_ALARM_WARMUP": "64", "MEMRA_DSPARK_ALARM_WINDOW": "64"}
+"""A shorter alarm warm-up and window than the defaults (100 and 500 rounds): 8 prompts x 64 tokens raise
+it under the wrong harvest (about 460 rounds near 1.1); under the matched harvest the hardest prompt
+(about 40 rounds near 1.5) never fills a window on its own."""
 
 MATCHED = {"dflash": "dflash", "dspark": "dspark", "dspark-zero-markov": "dspark"}
 """The harvest each drafter was trained for."""

@@ -77,6 +77,14 @@ def checkpoint_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("fixtures")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def sglang_plugins_loaded() -> None:
+    """``load_plugins()`` once, as every sglang process runs it before building ServerArgs: the entry
+    point registers DSPARK_HARVEST and its hooks, and sglang applies them (0.5.17's rewrite wraps
+    ``ServerArgs.__post_init__``)."""
+    sglang_plugins.load_plugins()
+
+
 @pytest.fixture(autouse=True)
 def clean_plugin_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Snapshot/restore sglang's registry and plugin guard; clear our cache and env."""
@@ -84,6 +92,7 @@ def clean_plugin_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     loaded = sglang_plugins._plugins_loaded
     monkeypatch.delenv("MEMRA_DSPARK_HARVEST", raising=False)
     monkeypatch.delenv("MEMRA_DSPARK_MANIFEST", raising=False)
+    monkeypatch.delenv("MEMRA_DSPARK_SERVED", raising=False)
     resolution.clear_cache()
     yield
     spec_registry._REGISTRY.clear()
