@@ -1,8 +1,9 @@
 """``dspark-harvest check``: measure a drafter under both harvests on the reference engine.
 
-With no arguments it runs the embedded tiny target with each embedded drafter (one per training
-strategy) under each harvest, plus plain autoregressive decoding, on the embedded fixed prompts: the
-postmortem in miniature (the matched harvest accepts far more, every run stays exact). With
+With no arguments it runs the embedded tiny target with every embedded drafter (``EMBEDDED.drafters``:
+one per training strategy without a Markov head, and a SpecForge-shaped DSpark drafter with one, each
+at its own block size) under each harvest, plus plain autoregressive decoding, on the embedded fixed
+prompts: the postmortem in miniature (the matched harvest accepts more, every run stays exact). With
 ``--target PATH --draft PATH`` it does the same for any local checkpoints and recommends a harvest.
 
 Timing is side by side: after a warm-up, every prompt is decoded by every arm in turn, so a change in

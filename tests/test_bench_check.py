@@ -66,3 +66,20 @@ def test_from_json_prints_pass_and_miss(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "MISS  dspark: matched accept length 2.40 >= 2.5" in out
     assert "PASS  dflash: matched accept length 3.00 >= 2.5" in out
+
+
+def test_two_drafters_of_one_strategy_are_graded_and_printed_apart(tmp_path, capsys):
+    report = _report()
+    for harvest, accept, tps in (("dflash", 2.9, 150.0), ("dspark", 4.2, 230.0)):
+        run = _run("dspark", harvest, accept, tps)
+        report["runs"].append({**run, "drafter": "drafter-dspark-markov"})
+    results = _bench().grade(report)
+    assert len(results) == 12
+    missed = [t.name for t in results if not t.ok]
+    assert missed == ["drafter-dspark-markov: matched / mismatched accept length 1.45x >= 2.0x"]
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(report))
+    assert _bench().main(["--from-json", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "drafter-dspark-markov dspark   dspark   True        4.20" in out
+    assert "PASS  drafter-dspark-markov: matched accept length 4.20 >= 2.5" in out

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sglang_dspark_plugin.cli import main
-from sglang_dspark_plugin.embedded import EMBEDDED
+from sglang_dspark_plugin.embedded import DRAFTERS, EMBEDDED
 from sglang_dspark_plugin.harvest import DsparkHarvest
 
 RUN_KEYS = {
@@ -60,29 +60,49 @@ def test_check_json_schema_on_the_embedded_models(
     code, report = check_json(capsys)
     assert code == 0
     runs = report["runs"]
-    # each embedded drafter under each harvest
+    folder = {p.name: name for name, p in EMBEDDED.drafters.items()}  # drafter (folder) -> embedded name
+    assert len(folder) == len(DRAFTERS) == 3
+    # every embedded drafter under each harvest
     assert sorted((r["drafter"], r["harvest"]) for r in runs) == sorted(
         (p.name, h.name()) for p in EMBEDDED.drafters.values() for h in DsparkHarvest
     )
-    # the census names each embedded drafter's own strategy
+    # the census names each embedded drafter's own training strategy (not its name)
     assert {r["drafter"]: r["drafter_strategy"] for r in runs} == {
-        p.name: s for s, p in EMBEDDED.drafters.items()
+        p.name: EMBEDDED.strategy(name) for name, p in EMBEDDED.drafters.items()
     }
     for run in runs:
-        assert_run_shape(run, EMBEDDED.block_size)
+        assert_run_shape(run, EMBEDDED.block_sizes[folder[run["drafter"]]])
     assert report["ar_tokens_per_s"] > 0
     assert "uncapped" in report["accept_length_definition"]
-    manifest = report["manifest"]
-    assert manifest["producer"] == "reference-engine"
-    assert manifest["block_size"] == EMBEDDED.block_size
-    assert manifest["harvest"] in ("dflash", "dspark")
-    assert manifest["gamma"] == DsparkHarvest.from_name(manifest["harvest"]).n_drafts(EMBEDDED.block_size)
-    assert len(report["manifests"]) == 2
+    # one manifest per drafter, in EMBEDDED.drafters order, each at that drafter's own block size
+    assert report["manifest"] == report["manifests"][0]
+    assert len(report["manifests"]) == len(DRAFTERS)
+    for manifest, (name, path) in zip(report["manifests"], EMBEDDED.drafters.items(), strict=True):
+        assert manifest["producer"] == "reference-engine"
+        assert manifest["checkpoint"] == str(path)
+        assert manifest["block_size"] == EMBEDDED.block_sizes[name]
+        assert manifest["harvest"] in ("dflash", "dspark")
+        harvest = DsparkHarvest.from_name(manifest["harvest"])
+        assert manifest["gamma"] == harvest.n_drafts(EMBEDDED.block_sizes[name])
+    # the DSpark heads, as loaded: only the SpecForge-shaped drafter has them
+    heads = {d["drafter"]: (d["markov_head"], d["confidence_head"]) for d in report["drafters"]}
+    assert heads["drafter-dflash"] == heads["drafter-dspark"] == (None, None)
+    markov, confidence = heads["drafter-dspark-markov"]
+    assert markov["type"] == "vanilla"
+    assert markov["rank"] == EMBEDDED.report["drafters"]["dspark-markov"]["markov_rank"]
+    assert confidence["with_markov"] is True
     assert report["settings"]["prompts"] == 1 and report["settings"]["max_new_tokens"] == 10
     # what DSPARK_HARVEST would serve now: the census's own strategy (MEMRA_DSPARK_HARVEST unset)
     assert {s["drafter"]: (s["harvest"], s["source"]) for s in report["served"]} == {
-        p.name: (strategy, "census") for strategy, p in EMBEDDED.drafters.items()
+        p.name: (EMBEDDED.strategy(name), "census") for name, p in EMBEDDED.drafters.items()
     }
+    # the embedded targets are graded per drafter: four each
+    from sglang_dspark_plugin.check_cmd import targets
+
+    graded = targets(report)
+    assert len(graded) == 4 * len(DRAFTERS)
+    for name in folder:
+        assert sum(text.startswith(f"{name}: ") for text, _ in graded) == 4
 
 
 def test_check_takes_each_drafter_census_once(
@@ -116,9 +136,11 @@ def test_check_table_and_plot(capsys: pytest.CaptureFixture[str], tmp_path: Path
         "speedup",
     ):
         assert column in header
-    assert sum(line.startswith("drafter-") for line in out.splitlines()) == 4
+    # one row per embedded drafter and harvest
+    assert sum(line.startswith("drafter-") for line in out.splitlines()) == 2 * len(DRAFTERS)
     assert any(line.startswith("autoregressive") for line in out.splitlines())
     assert "recommendation:" in out and "targets:" in out
+    assert "DSpark heads:\n  drafter-dspark-markov: Markov head vanilla" in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -133,7 +155,7 @@ def test_check_on_local_checkpoints_recommends_a_harvest(
         ("my-drafter", "dspark"),
     ]
     for run in report["runs"]:
-        assert_run_shape(run, EMBEDDED.block_size)
+        assert_run_shape(run, EMBEDDED.block_sizes["dspark"])
         assert run["drafter_strategy"] == "dspark"
     (rec,) = report["recommendations"]
     accept = {r["harvest"]: r["accept_length"] for r in report["runs"]}

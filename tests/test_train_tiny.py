@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from sglang_dspark_plugin.census import census
-from sglang_dspark_plugin.embedded import EMBEDDED, STRATEGIES
+from sglang_dspark_plugin.embedded import DRAFTERS, EMBEDDED, STRATEGIES
 from sglang_dspark_plugin.engine.drafter import load_drafter, new_draft_model
 
 torch.set_num_threads(2)
@@ -227,15 +227,34 @@ def test_packed_training_forward_equals_inference_per_block():
 
 
 def test_embedded_models_are_shipped_and_census_gives_their_own_convention():
-    assert EMBEDDED.block_size >= 2 and len(EMBEDDED.prompts) >= 4
-    total = sum(f.stat().st_size for f in EMBEDDED.root.rglob("*") if f.is_file())
-    assert total <= 24 * 1024 * 1024, f"embedded artifacts are {total / 2**20:.1f} MB"
-    for strategy, folder in EMBEDDED.drafters.items():
+    assert len(EMBEDDED.prompts) >= 4
+    # every drafter the training report lists is shipped, keyed by its name, with its own block size
+    assert list(EMBEDDED.drafters) == list(DRAFTERS) and set(EMBEDDED.report["drafters"]) == set(DRAFTERS)
+    assert EMBEDDED.block_sizes["dspark-markov"] != EMBEDDED.block_sizes["dspark"]
+    for name, folder in EMBEDDED.drafters.items():
+        assert folder.name == f"drafter-{name}"
         cfg = census(folder)
-        assert cfg.strategy_dspark is (strategy == "dspark")
-        assert cfg.block_size == EMBEDDED.block_size
+        assert cfg.strategy_dspark is (EMBEDDED.strategy(name) == "dspark"), name
+        assert cfg.block_size == EMBEDDED.block_sizes[name] >= 2, name
         drafter = load_drafter(folder)
+        assert drafter.block_size == EMBEDDED.block_sizes[name]
         assert drafter.mask_token_id == EMBEDDED.report["tokenizer"]["mask_token_id"]
+        entry = EMBEDDED.report["drafters"][name]
+        assert json.loads((folder / "config.json").read_text())["architectures"] == [entry["architecture"]]
+        # a Markov head exactly where the report trained one, at the rank it reports
+        rank = entry.get("markov_rank", 0)
+        assert (cfg.markov_rank or 0) == rank, name
+        assert (drafter.markov_head is not None) is (rank > 0), name
+    # the SpecForge-shaped drafter: sglang-normalised spelling, both heads
+    markov = load_drafter(EMBEDDED.drafters["dspark-markov"])
+    assert markov.describe()["markov_head"]["type"] == "vanilla"
+    assert markov.describe()["confidence_head"]["with_markov"] is True
+
+
+def test_embedded_models_fit_the_size_bound():
+    """Everything under sglang_dspark_plugin/embedded/ ships in the wheel: all of it under 24 MiB."""
+    total = sum(f.stat().st_size for f in EMBEDDED.root.rglob("*") if f.is_file())
+    assert total <= 24 * 1024 * 1024, f"embedded artifacts are {total / 2**20:.1f} MiB"
 
 
 def test_the_embedded_docstring_example_runs():
@@ -250,7 +269,8 @@ def test_the_embedded_docstring_example_runs():
 def test_inspect_reports_each_embedded_drafters_convention():
     from sglang_dspark_plugin.inspect_cmd import inspect_checkpoint
 
-    for strategy, folder in EMBEDDED.drafters.items():
+    for name, folder in EMBEDDED.drafters.items():
+        strategy = EMBEDDED.strategy(name)
         report = inspect_checkpoint(str(folder), environ={})
         assert (report["harvest"], report["source"]) == (strategy, "census"), report
-        assert report["n_drafts"] == EMBEDDED.block_size - (strategy == "dflash")
+        assert report["n_drafts"] == EMBEDDED.block_sizes[name] - (strategy == "dflash")
