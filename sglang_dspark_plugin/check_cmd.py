@@ -42,6 +42,7 @@ from .errors import (
     InvalidCheckpointError,
     MemoryLimitError,
     MissingBlockSizeError,
+    UnsupportedCheckpointError,
     UsageError,
     printable,
 )
@@ -836,6 +837,16 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
 
     cfgs = [census(str(path)) for path in drafts]
     for cfg in cfgs:
+        if "speculators_model_type" in cfg.raw:
+            where = printable(Path(cfg.path) / "config.json")
+            raise UnsupportedCheckpointError(
+                f"{where} is in the vllm-project/speculators format (speculators_model_type "
+                f"{printable(repr(cfg.raw['speculators_model_type']), 60)}, the decoder nested in "
+                "transformer_layer_config): `dspark-harvest inspect` reads its training strategy, but the "
+                "reference engine, like sglang, loads z-lab and SpecForge layouts only (a flat Qwen3 "
+                "config with architectures and dflash_config); export it in one of those to measure it.",
+                where=where,
+            )
         if cfg.block_size is None:
             where = printable(Path(cfg.path) / "config.json")
             raise MissingBlockSizeError(

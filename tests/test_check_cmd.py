@@ -184,6 +184,28 @@ def test_check_refuses_a_domino_drafter(capsys: pytest.CaptureFixture[str], tmp_
     assert error["kind"] == "unsupported" and "Domino" in error["message"]
 
 
+def test_check_refuses_a_speculators_format_drafter_by_name(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """inspect reads the speculators format; check says it cannot load it, before loading anything."""
+    import sys
+
+    from sglang_dspark_plugin import check_cmd
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from checkpoints import write_checkpoint
+
+    draft = write_checkpoint(tmp_path, "speculators_dspark_anchor_true")
+
+    def must_not_load(*args: object) -> None:
+        raise AssertionError("the target was loaded")
+
+    monkeypatch.setattr(check_cmd, "load_target", must_not_load)
+    error = _refusal(capsys, "--target", str(EMBEDDED.target), "--draft", str(draft))
+    assert error["kind"] == "unsupported"
+    assert "speculators format" in error["message"] and "dspark-harvest inspect" in error["message"]
+
+
 def test_check_refuses_a_drafter_for_another_target(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
