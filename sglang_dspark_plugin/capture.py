@@ -64,11 +64,11 @@ def uncapturable_message(
     )
 
 
-def target_layer_count(target: str) -> tuple[str | None, int | None]:
-    """A target checkpoint's ``(architectures[0], num_hidden_layers)`` from its config.json.
+def target_config(target: str) -> dict | None:
+    """A target checkpoint's parsed config.json, or None when it is not on this machine yet.
 
-    ``(None, None)`` when the target is not on this machine yet (a hub id sglang will download): then
-    sglang's own check at the first decode round is all there is. Never reads weights.
+    ``None`` for a hub id sglang will download: then sglang's own checks are all there is. Never
+    reads weights.
     """
     from .census import resolve_checkpoint
     from .checkpoint_files import read_json
@@ -78,22 +78,46 @@ def target_layer_count(target: str) -> tuple[str | None, int | None]:
         folder = resolve_checkpoint(target)
         cfg = read_json(folder / "config.json", "target config.json", 1 << 24, "pass the target's folder")
     except DsparkHarvestError:
-        return None, None
-    if not isinstance(cfg, dict):
-        return None, None
+        return None
+    return cfg if isinstance(cfg, dict) else None
+
+
+def _text_int(cfg: dict, key: str) -> int | None:
+    """``key`` from the text config (multimodal targets nest it), else the top level; a positive int."""
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
-    layers = text.get("num_hidden_layers", cfg.get("num_hidden_layers"))
+    value = text.get(key, cfg.get(key))
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return None
+    return value
+
+
+def target_layer_count(target: str) -> tuple[str | None, int | None]:
+    """A target checkpoint's ``(architectures[0], num_hidden_layers)`` from its config.json.
+
+    ``(None, None)`` when the target is not on this machine yet (a hub id sglang will download): then
+    sglang's own check at the first decode round is all there is. Never reads weights.
+    """
+    cfg = target_config(target)
+    if cfg is None:
+        return None, None
     archs = cfg.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
-    if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
-        return arch, None
-    return arch, layers
+    return arch, _text_int(cfg, "num_hidden_layers")
+
+
+def target_vocab_size(target: str) -> int | None:
+    """A target checkpoint's vocabulary size (its text config's ``vocab_size``, the rows of the LM head
+    sglang builds); None when the target is not on this machine or its config does not say."""
+    cfg = target_config(target)
+    return None if cfg is None else _text_int(cfg, "vocab_size")
 
 
 __all__ = [
     "DIRECT_CAPTURE",
     "last_capturable_layer",
+    "target_config",
     "target_layer_count",
+    "target_vocab_size",
     "uncapturable_layers",
     "uncapturable_message",
 ]

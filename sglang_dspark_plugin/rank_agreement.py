@@ -9,12 +9,17 @@ error, with the whole table, when any value differs. sglang-free: plain ``torch.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
 from .errors import DsparkHarvestError
 from .harvest import ENV_VAR
+
+if TYPE_CHECKING:
+    from .draft_config import DflashCfg
+    from .geometry import RoundGeometry
+    from .harvest import Resolution
 
 
 class RankDisagreementError(DsparkHarvestError):
@@ -52,6 +57,30 @@ def differing_keys(table: Sequence[Mapping[str, Any]]) -> list[str]:
     return [k for k in _keys(table) if len({repr(row.get(k, missing)) for row in table}) > 1]
 
 
+def agreement_values(
+    draft: str, cfg: DflashCfg, resolution: Resolution, geometry: RoundGeometry
+) -> dict[str, Any]:
+    """What every rank must agree on: the harvest, its source, the geometry, and the draft.
+
+    The draft is compared as the user named it (``--speculative-draft-model-path``, the same string
+    on every node) and by a fingerprint of its content (config, tensor names, dtypes and shapes, read
+    from the safetensors headers), never by the folder it resolved to: two nodes whose Hugging Face
+    caches sit at different paths hold the same checkpoint in different folders.
+    """
+    from .tensor_headers import content_fingerprint, tensor_headers
+
+    return {
+        "harvest": resolution.harvest.name(),
+        "source": resolution.source,
+        "env_value": resolution.env_value,
+        "block_size": geometry.block_size,
+        "gamma": geometry.gamma,
+        "verify_window": geometry.verify_window,
+        "draft": str(draft),
+        "draft_content": content_fingerprint(cfg.raw, tensor_headers(cfg.path)),
+    }
+
+
 def check_rank_agreement(local: Mapping[str, Any], group: Any = None) -> list[dict[str, Any]]:
     """All-gather ``local`` over ``group`` and return every rank's values when they all agree.
 
@@ -76,11 +105,18 @@ def check_rank_agreement(local: Mapping[str, Any], group: Any = None) -> list[di
             "round:\n"
             f"{format_rank_table(table, differing)}\n"
             f"Fix: give every node the same {ENV_VAR} (or leave it unset everywhere so the census "
-            "decides) and the same --speculative-draft-model-path contents.",
+            "decides), the same --speculative-draft-model-path and the same checkpoint behind it "
+            "(draft_content fingerprints its config and tensor shapes).",
             table=table,
             differing=differing,
         )
     return table
 
 
-__all__ = ["RankDisagreementError", "check_rank_agreement", "differing_keys", "format_rank_table"]
+__all__ = [
+    "RankDisagreementError",
+    "agreement_values",
+    "check_rank_agreement",
+    "differing_keys",
+    "format_rank_table",
+]

@@ -6,6 +6,9 @@ import multiprocessing as mp
 import os
 import socket
 import traceback
+from pathlib import Path
+
+from checkpoints import FIXTURES, Fixture, write_checkpoint
 
 from sglang_dspark_plugin.geometry import RoundGeometry
 from sglang_dspark_plugin.harvest import DsparkHarvest
@@ -30,6 +33,12 @@ def _rank_main(rank: int, world: int, port: int, local: dict, out: mp.Queue) -> 
     import torch.distributed as dist
 
     torch.set_num_threads(1)
+    if "hf_hub_cache" in local:  # this rank's node: its own cache folder, the values computed here
+        try:
+            local = _served_values(**local)
+        except Exception:  # a crash must surface in the parent, not hang it
+            out.put((rank, "crash", traceback.format_exc()))
+            return
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
     )
@@ -72,7 +81,7 @@ def _run_two_ranks(locals_: list[dict]) -> dict[int, tuple[str, object]]:
 
 
 def _local(harvest: str, source: str = "census", env: str | None = None) -> dict:
-    """The keys the sglang workers compare (``workers.rank_agreement_values``), for a block-16 drafter."""
+    """The keys the sglang workers compare (``rank_agreement.agreement_values``), for a block-16 drafter."""
     geometry = RoundGeometry(DsparkHarvest.from_name(harvest), 16)
     return {
         "harvest": harvest,
@@ -81,7 +90,8 @@ def _local(harvest: str, source: str = "census", env: str | None = None) -> dict
         "block_size": geometry.block_size,
         "gamma": geometry.gamma,
         "verify_window": geometry.verify_window,
-        "draft_path": os.path.join("ckpt", "draft"),
+        "draft": "org/draft",
+        "draft_content": "sha256:0123456789abcdef",
     }
 
 
@@ -112,6 +122,66 @@ def test_two_ranks_that_disagree_are_both_refused_with_the_table():
         lines = message.splitlines()
         assert any(line.startswith("0 ") and "'dspark'" in line for line in lines)
         assert any(line.startswith("1 ") and "'dflash'" in line and "'env'" in line for line in lines)
+
+
+REVISION = "0123456789abcdef0123456789abcdef01234567"
+
+
+def _hub_cache(root: Path, fixture: Fixture) -> Path:
+    """A Hugging Face hub cache holding ``org/drafter`` = ``fixture`` (the layout snapshot_download reads)."""
+    repo = root / "models--org--drafter"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(REVISION)
+    snapshot = repo / "snapshots" / REVISION
+    snapshot.parent.mkdir(parents=True)
+    written = write_checkpoint(root / "src", fixture)
+    written.rename(snapshot)
+    return root
+
+
+def _served_values(hf_hub_cache: str, draft: str, cwd: str) -> dict:
+    """What a node's worker compares: census of the hub id through this node's cache, then the values."""
+    os.environ["HF_HUB_CACHE"] = hf_hub_cache
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.chdir(cwd)  # "org/drafter" is not a local folder here
+    from sglang_dspark_plugin.census import census
+    from sglang_dspark_plugin.rank_agreement import agreement_values
+
+    cfg = census(draft)
+    resolution = DsparkHarvest.explain(cfg, environ={})
+    assert Path(cfg.path).is_relative_to(hf_hub_cache)  # this node's own folder
+    return agreement_values(draft, cfg, resolution, RoundGeometry(resolution.harvest, cfg.block_size))
+
+
+def test_nodes_whose_caches_sit_at_different_paths_agree_and_a_changed_shape_is_refused(tmp_path):
+    fixture = FIXTURES["specforge_dspark"]
+    caches = [_hub_cache(tmp_path / f"node{r}", fixture) for r in (0, 1)]
+
+    def ranks(cache_1: Path) -> dict[int, tuple[str, object]]:
+        nodes = [caches[0], cache_1]
+        return _run_two_ranks(
+            [{"hf_hub_cache": str(c), "draft": "org/drafter", "cwd": str(tmp_path)} for c in nodes]
+        )
+
+    # Two folders (each node's own cache), one checkpoint: both ranks agree.
+    results = ranks(caches[1])
+    for rank in (0, 1):
+        status, table = results[rank]
+        assert status == "ok", table
+        assert table[0] == table[1] and table[0]["draft"] == "org/drafter"
+        assert table[0]["draft_content"].startswith("sha256:") and table[0]["harvest"] == "dspark"
+
+    # A copy with one tensor of another shape (a wider MLP): same names, same config.
+    changed = Fixture(
+        fixture.name, fixture.config,
+        {**fixture.tensors, "layers.0.mlp.down_proj.weight": (32, 128)}, fixture.expect,
+    )
+    results = ranks(_hub_cache(tmp_path / "node1-changed", changed))
+    for rank in (0, 1):
+        status, payload = results[rank]
+        assert status == "refused", payload
+        assert "draft_content" in payload["differing"] and "draft" not in payload["differing"]
+        assert "same checkpoint behind it" in payload["message"]
 
 
 def test_a_single_process_without_a_group_has_nothing_to_compare():

@@ -11,14 +11,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from .contract import FIX as _FIX
 from .resolution import ALGORITHM
 
 logger = logging.getLogger("sglang_dspark_plugin.sglang_plugin")
-
-_FIX = (
-    "install a supported sglang (pip install 'sglang-dspark-plugin[sglang-0523]' or '[sglang-0517]') "
-    "and run `dspark-harvest doctor`"
-)
 
 
 def is_registered() -> bool:
@@ -34,6 +30,9 @@ def is_registered() -> bool:
 
 def _factory(server_args: Any) -> type:
     """The worker class for the harvest the draft checkpoint resolves to (called by ``create_worker``)."""
+    from . import contract
+
+    contract.require_worker_contract()  # the workers' entries, deferred from registration
     from . import workers
     from .resolution import served
 
@@ -43,9 +42,12 @@ def _factory(server_args: Any) -> type:
 def register() -> bool:
     """Register ``DSPARK_HARVEST`` with sglang; idempotent; never raises.
 
-    Checks the installed sglang against the contract (the plugin's and the workers' entries). On a
-    mismatch it registers nothing and logs ONE error line, so sglang keeps serving every other
-    algorithm. Returns whether the algorithm is registered afterwards.
+    Checks the installed sglang against the registration's contract (argument handling, the spec
+    class, the hooks; modules sglang has loaded already) and imports none of sglang's worker or model
+    modules, so every sglang process starts as fast as without the plugin; the workers' entries are
+    checked when the workers are first needed (``contract.require_worker_contract``). On a mismatch it
+    registers nothing and logs ONE error line, so sglang keeps serving every other algorithm. Returns
+    whether the algorithm is registered afterwards.
     """
     try:
         from . import contract
@@ -53,19 +55,9 @@ def register() -> bool:
         version = contract.sglang_version()
         if is_registered():
             return True
-        missing = [s for s in contract.check_contract() if not s.ok]
+        missing = [s for s in contract.check_contract(workers=False) if not s.ok]
         if missing:
-            shown = "; ".join(f"{s.target} ({s.problem})" for s in missing[:6])
-            more = f" and {len(missing) - 6} more" if len(missing) > 6 else ""
-            logger.error(
-                "sglang-dspark-plugin: %s NOT registered: sglang %s lacks what the plugin relies on: %s%s; "
-                "other speculative algorithms are unaffected; %s.",
-                ALGORITHM,
-                version,
-                shown,
-                more,
-                _FIX,
-            )
+            logger.error("%s", contract.mismatch_message(missing, "NOT registered"))
             return False
         if version not in contract.SUPPORTED_SGLANG:
             logger.warning(
@@ -77,11 +69,11 @@ def register() -> bool:
             )
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-        from . import workers
+        from . import hooks
         from .spec_algo import DsparkHarvestSpecAlgo
 
         # The hook first: if it fails, nothing is registered (the hook alone is inert for other algorithms).
-        workers.register_hooks()  # applied by load_plugins(), before the scheduler builds the target
+        hooks.register_hooks()  # applied by load_plugins(), before the scheduler builds the target
         SpeculativeAlgorithm.register(ALGORITHM, supports_overlap=True, spec_class=DsparkHarvestSpecAlgo)(
             _factory
         )

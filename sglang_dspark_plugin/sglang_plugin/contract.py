@@ -2,9 +2,18 @@
 
 An entry is ``(module, qualname, params)``: the object ``module.qualname`` must exist and, when
 ``params`` is a tuple, its signature must have every one of those parameter names (``None`` = only
-existence). The workers add their own entries (``workers.WORKER_CONTRACT``); ``register()`` and
-``dspark-harvest doctor`` check the union, so a sglang that moved or renamed something is reported by
-name instead of failing inside a scheduler process.
+existence). Two parts, checked when each is needed, so that a sglang that moved or renamed something
+is reported by name instead of failing inside a scheduler process:
+
+* the registration's entries (``registration_contract``: argument handling, the spec class, the
+  hooks), in modules sglang has imported before ``load_plugins()``: ``register()`` checks them in every
+  process and registers nothing on a mismatch;
+* the workers' entries (``workers.WORKER_CONTRACT``), in sglang's worker and model modules, which take
+  seconds to import: ``require_worker_contract()`` checks them once per process when the workers are
+  first needed (argument resolution of a ``DSPARK_HARVEST`` server, the worker factory) and refuses
+  with the same message.
+
+``dspark-harvest doctor`` checks both (``check_contract()``).
 """
 
 from __future__ import annotations
@@ -13,6 +22,8 @@ import importlib
 import inspect
 from dataclasses import dataclass
 from importlib import metadata
+
+from ..errors import DsparkHarvestError
 
 SUPPORTED_SGLANG = ("0.5.17", "0.5.23")
 """Versions the plugin is tested against (0.5.17: the eval pin; 0.5.23: the current release)."""
@@ -167,9 +178,20 @@ def full_contract() -> list[Entry]:
     return entries
 
 
-def check_contract(extra: list[Entry] | None = None) -> list[HookStatus]:
-    """Check the plugin's entries, the ServerArgs fields, the workers' entries and ``extra``."""
-    statuses = [check_entry(*entry) for entry in full_contract()]
+def registration_contract() -> list[Entry]:
+    """What ``register()`` checks: the plugin's entries and the hooks' (``hooks.HOOK_CONTRACT``)."""
+    from .hooks import HOOK_CONTRACT
+
+    return full_contract() + list(HOOK_CONTRACT)
+
+
+def check_contract(extra: list[Entry] | None = None, *, workers: bool = True) -> list[HookStatus]:
+    """Check the registration's entries, the ServerArgs fields, the workers' entries and ``extra``.
+
+    ``workers=False`` leaves out the workers' entries (what ``register()`` checks: no worker module of
+    sglang is imported).
+    """
+    statuses = [check_entry(*entry) for entry in registration_contract()]
     server_args = next((s for s in statuses if s.qualname == "ServerArgs"), None)
     if server_args is not None and server_args.ok:
         from sglang.srt.server_args import ServerArgs
@@ -180,13 +202,61 @@ def check_contract(extra: list[Entry] | None = None) -> list[HookStatus]:
             statuses.append(
                 HookStatus("sglang.srt.server_args", f"ServerArgs.{name}", None, ok, "" if ok else "missing")
             )
-    workers = worker_contract()
-    if isinstance(workers, HookStatus):
-        statuses.append(workers)
-    else:
-        statuses += [check_entry(*entry) for entry in workers]
+    if workers:
+        statuses += check_worker_contract()
     statuses += [check_entry(*entry) for entry in extra or ()]
     return statuses
+
+
+def check_worker_contract() -> list[HookStatus]:
+    """Check the workers' entries (imports sglang's worker and model modules)."""
+    entries = worker_contract()
+    if isinstance(entries, HookStatus):
+        return [entries]
+    return [check_entry(*entry) for entry in entries]
+
+
+FIX = (
+    "install a supported sglang (pip install 'sglang-dspark-plugin[sglang-0523]' or '[sglang-0517]') "
+    "and run `dspark-harvest doctor`"
+)
+
+
+def mismatch_message(missing: list[HookStatus], outcome: str) -> str:
+    """One line: what the installed sglang lacks, what that means for the plugin, and the fix."""
+    from .resolution import ALGORITHM
+
+    shown = "; ".join(f"{s.target} ({s.problem})" for s in missing[:6])
+    more = f" and {len(missing) - 6} more" if len(missing) > 6 else ""
+    return (
+        f"sglang-dspark-plugin: {ALGORITHM} {outcome}: sglang {sglang_version()} lacks what the plugin "
+        f"relies on: {shown}{more}; other speculative algorithms are unaffected; {FIX}."
+    )
+
+
+class WorkerContractError(DsparkHarvestError, ValueError):
+    """The installed sglang lacks a class, method or parameter the workers rely on.
+
+    A ``ValueError`` like sglang's own argument errors, so the launcher ends with the message.
+    """
+
+    kind = "unsupported"
+
+
+_WORKERS_CHECKED = False
+
+
+def require_worker_contract() -> None:
+    """Check the workers' entries once per process; raise ``WorkerContractError`` when any is missing."""
+    global _WORKERS_CHECKED
+    if _WORKERS_CHECKED:
+        return
+    missing = [s for s in check_worker_contract() if not s.ok]
+    if missing:
+        raise WorkerContractError(
+            mismatch_message(missing, "cannot serve"), where=", ".join(s.target for s in missing[:6])
+        )
+    _WORKERS_CHECKED = True
 
 
 __all__ = [
@@ -198,6 +268,11 @@ __all__ = [
     "sglang_version",
     "check_entry",
     "check_contract",
+    "check_worker_contract",
+    "require_worker_contract",
+    "WorkerContractError",
+    "mismatch_message",
+    "registration_contract",
     "full_contract",
     "worker_contract",
     "uses_resolution_pipeline",

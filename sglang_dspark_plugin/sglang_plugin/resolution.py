@@ -23,7 +23,7 @@ from typing import Any
 
 from ..draft_config import DflashCfg
 from ..errors import DsparkHarvestError, InvalidCheckpointError
-from ..geometry import RoundGeometry, build_manifest, manifest_json
+from ..geometry import BLOCK_SIZE_FLAGS, RoundGeometry, build_manifest, manifest_json
 from ..harvest import ENV_VAR, DsparkHarvest, Resolution
 
 ALGORITHM = "DSPARK_HARVEST"
@@ -60,9 +60,12 @@ class Served:
     resolution: Resolution
     geometry: RoundGeometry
     manifest: dict[str, Any]
+    draft: str = ""  # --speculative-draft-model-path as given (cfg.path is the folder it resolved to)
+    target: str | None = None  # --model-path
+    block_size_source: str = "config.json"  # or the flag that gave it, when the config has none
 
 
-_CACHE: dict[tuple[str, str | None], Served] = {}
+_CACHE: dict[tuple[Any, ...], Served] = {}
 _ANNOUNCED: set[tuple[str, str | None]] = set()
 
 
@@ -118,7 +121,9 @@ def served(server_args: Any) -> Served:
             "directory or a hub id already in the Hugging Face cache); got none.",
             where="--speculative-draft-model-path",
         )
-    key = (str(draft), os.environ.get(ENV_VAR))
+    target = read_arg(server_args, "model_path")
+    flags = {flag: read_arg(server_args, field) for flag, field in BLOCK_SIZE_FIELDS.items()}
+    key = (str(draft), os.environ.get(ENV_VAR), target, *flags.values())
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
@@ -128,7 +133,15 @@ def served(server_args: Any) -> Served:
     try:
         cfg = census(str(draft))
         resolution = DsparkHarvest.explain(cfg)
-        geometry = RoundGeometry(resolution.harvest, cfg.block_size)
+        block_size, block_size_source = cfg.block_size, "config.json"
+        if block_size is None:
+            # Published DFlash configs may leave it to sglang's flag: the arm's own flag first.
+            arm_flag = BLOCK_SIZE_FLAGS[resolution.harvest]
+            for flag in sorted(flags, key=lambda f: f != arm_flag):
+                if flags[flag] is not None:
+                    block_size, block_size_source = _flag_int(flag, flags[flag]), flag
+                    break
+        geometry = RoundGeometry(resolution.harvest, block_size)
     except DsparkHarvestError as err:
         if isinstance(err, ValueError):
             raise
@@ -142,11 +155,34 @@ def served(server_args: Any) -> Served:
             "algorithm": ALGORITHM,
             "sglang_builtin": builtin_name(resolution.harvest),
             "speculative_num_draft_tokens": geometry.verify_window,
+            "block_size_source": block_size_source,
         },
     )
-    result = Served(cfg=cfg, resolution=resolution, geometry=geometry, manifest=manifest)
+    result = Served(
+        cfg=cfg,
+        resolution=resolution,
+        geometry=geometry,
+        manifest=manifest,
+        draft=str(draft),
+        target=None if target is None else str(target),
+        block_size_source=block_size_source,
+    )
     _CACHE[key] = result
     return result
+
+
+BLOCK_SIZE_FIELDS = {flag: flag[2:].replace("-", "_") for flag in BLOCK_SIZE_FLAGS.values()}
+"""sglang's block-size flags and their ServerArgs fields."""
+
+
+def _flag_int(flag: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().isdigit():
+        raise InvalidCheckpointError(
+            f"{flag} {value!r} is not a block size; pass the number of rows the drafter was trained "
+            "with (an integer >= 2), or add block_size to the draft's config.json.",
+            where=flag,
+        )
+    return int(value)
 
 
 def builtin_name(harvest: DsparkHarvest) -> str:
@@ -167,9 +203,14 @@ def describe(s: Served) -> str:
         src = "default (no training-strategy signal in the checkpoint; the historical mask-fill arm)"
     return (
         f"{ALGORITHM}: harvest={g.harvest.name()} ({builtin_name(g.harvest)} semantics) from {src}; "
-        f"block_size={g.block_size}, drafts per round={g.gamma} (rows {g.harvested_rows[0]}.."
-        f"{g.harvested_rows[-1]}), verify window={g.verify_window}; checkpoint {s.cfg.path}"
+        f"block_size={g.block_size}{_block_size_note(s)}, drafts per round={g.gamma} "
+        f"(rows {g.harvested_rows[0]}..{g.harvested_rows[-1]}), verify window={g.verify_window}; "
+        f"checkpoint {s.cfg.path}"
     )
+
+
+def _block_size_note(s: Served) -> str:
+    return "" if s.block_size_source == "config.json" else f" (from {s.block_size_source})"
 
 
 def announce(s: Served) -> None:

@@ -316,7 +316,14 @@ def refuse_uncapturable(server_args: Any, s: Served) -> None:
 
 
 def refuse_unservable(s: Served) -> None:
-    """Refuse here, before any model loads, a draft the arm's worker would refuse after the target loaded."""
+    """Refuse here, before any model loads, a draft the arm's worker would refuse after the target loaded.
+
+    First the workers' contract (``contract.require_worker_contract``): a sglang that lacks what the
+    workers rely on stops the launch here, with one message, instead of in every scheduler.
+    """
+    from .contract import require_worker_contract
+
+    require_worker_contract()
     from .workers import check_servable
 
     try:

@@ -43,11 +43,11 @@ Route per arm (line numbers: sglang 0.5.17 / 0.5.23, files under ``sglang/srt/``
   - A fourth refusal runs earlier, while the TARGET's model runner starts, before any worker exists:
     with a DSpark algorithm it parses the draft config and requires ``markov_rank > 0``
     (``model_executor/model_runner_components/spec_aux_hidden_state.py:147-159`` / ``:260-272``).
-    ``register_hooks`` therefore adds an AFTER hook, through sglang's own plugin ``HookRegistry``
-    (applied by ``load_plugins()`` in every process before the scheduler builds anything), on
-    ``parse_dspark_draft_config``: for the served draft of a ``DSPARK_HARVEST`` dspark-arm process only
-    (matched by path), the parse reports the head ``HarvestDSparkDraftModel`` builds (rank 1 for the
-    zero head, else the census's rank); every other config, algorithm and arm gets sglang's answer.
+    ``hooks.register_hooks`` therefore adds an AFTER hook on ``parse_dspark_draft_config`` (through
+    sglang's ``HookRegistry`` when its module is loaded already, else as that module is first
+    imported): for the served draft of a ``DSPARK_HARVEST`` dspark-arm process only (matched by path),
+    the parse reports the head ``HarvestDSparkDraftModel`` builds (rank 1 for the zero head, else the
+    checkpoint's rank and head type); every other config, algorithm and arm gets sglang's answer.
 
 Every rank resolves its harvest through ``resolution.served`` and compares it with the other TP ranks
 (``rank_agreement.check_rank_agreement`` over sglang's gloo ``get_tp_group().cpu_group``) before any
@@ -65,7 +65,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
-import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -81,7 +80,9 @@ from sglang.srt.speculative.dspark_components.dspark_worker_v2 import DSparkWork
 from ..architectures import SGLANG_DENSE_DSPARK, SGLANG_DSPARK_ARM
 from ..errors import GeometryError, InvalidCheckpointError, UnsupportedCheckpointError
 from ..harvest import ENV_VAR, DsparkHarvest
-from ..rank_agreement import check_rank_agreement
+from ..rank_agreement import agreement_values, check_rank_agreement
+from ..tensor_headers import markov_head, tensor_headers
+from .hooks import PARSE_HOOK_TARGET, RESULT_HOOK_TARGET, TARGET_CONTRACT, register_hooks, same_path
 
 if TYPE_CHECKING:
     from ..telemetry import AcceptTelemetry
@@ -124,26 +125,17 @@ WORKER_CONTRACT: list[tuple[str, str, tuple[str, ...] | None]] = [
     ("sglang.srt.models.registry", "ModelRegistry.get_supported_archs", ()),
     (
         "sglang.srt.speculative.dspark_components.dspark_config",
-        "parse_dspark_draft_config",
-        ("draft_hf_config",),
-    ),
-    (
-        "sglang.srt.speculative.dspark_components.dspark_config",
         "resolve_runtime_config",
         ("draft_hf_config", "speculative_num_draft_tokens", "target_vocab_size"),
     ),
     ("sglang.srt.distributed.parallel_state", "get_tp_group", ()),
-    ("sglang.srt.plugins.hook_registry", "HookRegistry.register", ("target", "hook", "hook_type")),
-    ("sglang.srt.plugins.hook_registry", "HookRegistry._hooks", None),  # register_hooks' idempotence
-    ("sglang.srt.plugins.hook_registry", "HookType.AFTER", None),
-    ("sglang.srt.plugins.hook_registry", "HookType.BEFORE", None),
-    (
-        "sglang.srt.managers.scheduler_components.batch_result_processor",
-        "SchedulerBatchResultProcessor._resolve_spec_v2_tokens",
-        ("result", "batch"),
-    ),
+    ("sglang.srt.runtime_context", "get_parallel", ()),  # attention_ranks
+    *TARGET_CONTRACT,  # the hooks' targets (hooks.py)
 ]
-"""Every sglang class, method and function the workers rely on (checked by the plugin's contract)."""
+"""Every sglang class, method and function the workers rely on. Their modules take seconds to import,
+so registration does not check them: ``contract.require_worker_contract`` does, when the workers are
+first needed (argument resolution of a DSPARK_HARVEST server, the worker factory), and ``dspark-harvest
+doctor`` checks them with everything else. The hooks' entries are ``hooks.HOOK_CONTRACT``."""
 
 # 0.5.17 passes the parallel state as ``ps``; 0.5.23 dropped it (research 1.5). Read once, here.
 _DFLASH_TAKES_PS = "ps" in inspect.signature(DFlashWorkerV2.__init__).parameters
@@ -194,7 +186,11 @@ def _declared_head_type(config: Any) -> str | None:
 
 
 def prepare_dspark_arm_config(
-    config: Any, *, markov_rank: int | None = None, mask_token_id: int | None = None
+    config: Any,
+    *,
+    markov_rank: int | None = None,
+    mask_token_id: int | None = None,
+    markov_head_type: str | None = None,
 ) -> bool:
     """Make a draft ``hf_config`` say what the dspark arm serves; True when it has no Markov head.
 
@@ -223,7 +219,7 @@ def prepare_dspark_arm_config(
             _cfg_set(config, "confidence_head_with_markov", False)
     elif rank != parsed.markov_rank or _cfg_get(config, "markov_rank") != rank:
         # The model builds its head from the top-level keys only, wherever sglang's parser found them.
-        head_type = parsed.markov_head_type or _declared_head_type(config)
+        head_type = parsed.markov_head_type or _declared_head_type(config) or markov_head_type
         if head_type is None:
             raise InvalidCheckpointError(
                 f"the draft has a rank-{rank} Markov head but config.json names no markov_head_type; "
@@ -243,71 +239,36 @@ def prepare_dspark_arm_config(
     return no_markov
 
 
-def served_markov_rank(cfg: Any) -> int:
-    """The Markov rank the dspark arm serves for a census ``cfg``: the census's, else sglang's reading.
+def served_markov_head(cfg: Any) -> tuple[int, str | None]:
+    """The Markov head the dspark arm serves for a census ``cfg``: ``(rank, head type)``.
 
-    The census reads spellings sglang does not (``dflash_config.markov_rank`` on 0.5.17); where it
-    found none, sglang's own parse of the raw config decides. 0 means no Markov head: the zero
-    rank-1 head is served.
+    The rank is the config's (the census reads spellings sglang does not, such as
+    ``dflash_config.markov_rank`` on 0.5.17, and checks them against the tensor shapes); a config
+    that declares none takes the rank of the ``markov_head.*`` tensors (``markov_w1`` is [vocab,
+    rank]) and, unless declared, their head type; else sglang's own parse of the raw config decides.
+    The head type is the config's declaration (None when it has none). Rank 0 means no Markov head:
+    the zero rank-1 head is served.
     """
+    declared = _declared_head_type(cfg.raw)
     if cfg.markov_rank is not None:
-        return int(cfg.markov_rank)
+        return int(cfg.markov_rank), declared
+    found = markov_head(tensor_headers(cfg.path))
+    if found is not None:
+        return found.rank, declared or found.head_type
     # Without a path the parse hook (which calls this) leaves the parse alone: no recursion even when
     # config.json records the served draft's own "_name_or_path".
     raw = {k: v for k, v in cfg.raw.items() if k != "_name_or_path"}
     try:
-        return int(parse_dspark_draft_config(draft_hf_config=raw).markov_rank)
+        return int(parse_dspark_draft_config(draft_hf_config=raw).markov_rank), declared
     except ValueError as exc:
         raise InvalidCheckpointError(
             f"sglang cannot read {cfg.path}/config.json as a DSpark draft: {exc}", where="config.json"
         ) from exc
 
 
-PARSE_HOOK_TARGET = "sglang.srt.speculative.dspark_components.dspark_config.parse_dspark_draft_config"
-"""sglang's DSpark draft-config parser; every Markov-rank refusal reads its result."""
-
-
-RESULT_HOOK_TARGET = (
-    "sglang.srt.managers.scheduler_components.batch_result_processor."
-    "SchedulerBatchResultProcessor._resolve_spec_v2_tokens"
-)
-"""The scheduler's host-side processing of one verify round; it calls ``on_verify_complete_cpu``."""
-
-
-def register_hooks() -> None:
-    """Register the plugin's hooks with sglang's ``HookRegistry`` (idempotent).
-
-    Called by ``register()``; sglang applies them at the end of ``load_plugins()``, in every process,
-    before the scheduler builds the target:
-    * the dspark arm's parse hook: the target's model runner already refuses a draft without a Markov
-      head when the algorithm is DSpark, before the draft worker exists;
-    * the live-request mask: with the overlap scheduler a request that finished in round k is still in
-      the batch of round k+1, whose result sglang does not count for it (``spec_verify_ct``); the
-      plugin's telemetry must not count it either.
-    """
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-    for target, hook, kind in (
-        (PARSE_HOOK_TARGET, _served_markov_after_parse, HookType.AFTER),
-        (RESULT_HOOK_TARGET, _live_requests_before_result, HookType.BEFORE),
-    ):
-        if not any(h is hook for _, h, _ in HookRegistry._hooks.get(target, [])):
-            HookRegistry.register(target, hook, kind)
-
-
-def _live_requests_before_result(processor: Any, result: Any, batch: Any, *args: Any, **kwargs: Any) -> None:
-    """BEFORE hook: tell a plugin worker which requests of this round sglang will count (no device work)."""
-    worker = getattr(processor, "model_worker", None)
-    if getattr(worker, "dspark_telemetry", None) is None:
-        return None
-    worker.dspark_live_mask = [not (r.is_retracted or r.finished()) for r in batch.reqs]
-    return None
-
-
-def _same_path(a: Any, b: Any) -> bool:
-    if a is None or b is None:
-        return False
-    return os.path.abspath(os.path.expanduser(str(a))) == os.path.abspath(os.path.expanduser(str(b)))
+def served_markov_rank(cfg: Any) -> int:
+    """The rank of ``served_markov_head``: 0 when the checkpoint has no Markov head."""
+    return served_markov_head(cfg)[0]
 
 
 def _served_markov(config: Any) -> tuple[int, str] | None:
@@ -321,15 +282,15 @@ def _served_markov(config: Any) -> tuple[int, str] | None:
     if server_args is None or str(read_arg(server_args, "speculative_algorithm") or "").upper() != ALGORITHM:
         return None
     # The path first: only the served draft's own config may resolve (census) here.
-    if not _same_path(name, read_arg(server_args, "speculative_draft_model_path")):
+    if not same_path(name, read_arg(server_args, "speculative_draft_model_path")):
         return None
     served = _served_for(server_args)
     if served.resolution.harvest is not DsparkHarvest.DSPARK:
         return None
-    rank = served_markov_rank(served.cfg)
+    rank, served_type = served_markov_head(served.cfg)
     if rank == 0:
         return 1, "vanilla"  # the zero head of HarvestDSparkDraftModel
-    head_type = _declared_head_type(config)
+    head_type = _declared_head_type(config) or served_type
     return None if head_type is None else (rank, head_type)
 
 
@@ -354,6 +315,7 @@ def _served_markov_after_parse(result: Any, *args: Any, **kwargs: Any) -> Any:
 class _DraftRoute:
     markov_rank: int | None
     mask_token_id: int | None
+    markov_head_type: str | None = None
 
 
 class HarvestDSparkDraftModel(DSparkDraftModel):
@@ -365,7 +327,10 @@ class HarvestDSparkDraftModel(DSparkDraftModel):
         route = type(self)._route
         route = route if route is not None else _DraftRoute(None, None)
         no_markov = prepare_dspark_arm_config(
-            config, markov_rank=route.markov_rank, mask_token_id=route.mask_token_id
+            config,
+            markov_rank=route.markov_rank,
+            mask_token_id=route.mask_token_id,
+            markov_head_type=route.markov_head_type,
         )
         super().__init__(config=config, quant_config=quant_config, prefix=prefix)
         self.dspark_harvest_zero_markov = no_markov
@@ -450,6 +415,7 @@ def dspark_draft_route(
     *,
     markov_rank: int | None = None,
     mask_token_id: int | None = None,
+    markov_head_type: str | None = None,
 ) -> Iterator[None]:
     """While the dspark-arm worker builds its draft, the draft's architecture names load our model.
 
@@ -458,7 +424,7 @@ def dspark_draft_route(
     """
     names = _dspark_arm_names(architectures)
     with _route_lock:
-        HarvestDSparkDraftModel._route = _DraftRoute(markov_rank, mask_token_id)
+        HarvestDSparkDraftModel._route = _DraftRoute(markov_rank, mask_token_id, markov_head_type)
         try:
             with _registry_swap(names, HarvestDSparkDraftModel):
                 yield
@@ -490,17 +456,10 @@ def dflash_draft_route(
 
 
 def rank_agreement_values(served: Any) -> dict[str, Any]:
-    """What every TP rank must agree on: the harvest, its source, the geometry and the draft."""
-    geometry = served.geometry
-    return {
-        "harvest": served.resolution.harvest.name(),
-        "source": served.resolution.source,
-        "env_value": served.resolution.env_value,
-        "block_size": geometry.block_size,
-        "gamma": geometry.gamma,
-        "verify_window": geometry.verify_window,
-        "draft_path": served.cfg.path,
-    }
+    """What every TP rank must agree on (``rank_agreement.agreement_values``): the harvest, its source,
+    the geometry, the draft as the user named it and a fingerprint of its content."""
+    draft = getattr(served, "draft", "") or served.cfg.path
+    return agreement_values(draft, served.cfg, served.resolution, served.geometry)
 
 
 def _architectures(cfg: Any) -> tuple[str, ...]:
@@ -520,18 +479,68 @@ def _require_mask_token(cfg: Any) -> None:
         )
 
 
+def _require_markov_head_type(cfg: Any) -> None:
+    """A Markov head sglang can build: its parse of config.json must accept it (the target's model
+    runner parses it before any worker exists), and the head type must be known."""
+    rank, head_type = served_markov_head(cfg)
+    if rank == 0:
+        return
+    raw = {k: v for k, v in cfg.raw.items() if k != "_name_or_path"}
+    try:
+        parse_dspark_draft_config(draft_hf_config=raw)
+        sglang_says = ""
+    except ValueError as exc:
+        sglang_says = f"; sglang refuses it: {exc}"
+    if head_type is not None and not sglang_says:
+        return
+    found = markov_head(tensor_headers(cfg.path))
+    told = f" (the tensors say {found.head_type!r})" if found is not None and found.head_type else ""
+    raise InvalidCheckpointError(
+        f"the draft {cfg.path} has a rank-{rank} Markov head but its config.json names no "
+        f"markov_head_type{told}{sglang_says}. Add \"markov_head_type\": \"vanilla\" | \"gated\" | \"rnn\" "
+        f"(the head it was trained with) next to \"markov_rank\": {rank} in the draft's config.json.",
+        where=f"{cfg.path}/config.json: markov_head_type",
+    )
+
+
+def _require_target_vocabulary(served: Any) -> None:
+    """The dspark arm's Markov head (the zero head too) is sized from the draft's vocabulary and biases
+    the target's logits: the two sizes must be equal, or sglang fails at the first draft step."""
+    from ..capture import target_vocab_size
+    from .resolution import ALGORITHM, ServeRefusal
+
+    target, draft_vocab = getattr(served, "target", None), served.cfg.vocab_size
+    if target is None or draft_vocab is None:
+        return
+    target_vocab = target_vocab_size(str(target))
+    if target_vocab is None or target_vocab == draft_vocab:
+        return
+    raise ServeRefusal(
+        f"{ALGORITHM}: the draft {served.cfg.path} has a vocabulary of {draft_vocab} tokens "
+        f"(config.json vocab_size) but the target {target} has {target_vocab} (its config.json "
+        "vocab_size). The dspark arm's Markov head is sized from the draft's vocabulary and is added to "
+        "the target's logits, so sglang would fail at the first draft step. Serve this drafter with the "
+        f"target it was trained for (a {draft_vocab}-token vocabulary), or a drafter trained for this "
+        "target's tokenizer.",
+        kind="unsupported",
+        where="vocab_size",
+    )
+
+
 def check_servable(served: Any) -> None:
     """Refuse, during argument resolution, a draft the arm's worker would refuse after the target loaded.
 
     The same checks the workers run while they build the draft (mask token, architecture, Markov head),
-    without touching sglang's model registry.
+    without touching sglang's model registry; for the dspark arm also the Markov head's type and the
+    vocabulary against the target's.
     """
     cfg = served.cfg
     architectures = _architectures(cfg)
     if served.resolution.harvest is DsparkHarvest.DSPARK:
         _require_mask_token(cfg)
         _dspark_arm_names(architectures)
-        served_markov_rank(cfg)
+        _require_markov_head_type(cfg)
+        _require_target_vocabulary(served)
     elif any(a in DSPARK_ARCHITECTURES for a in architectures):
         _dflash_arm_names(architectures, served_markov_rank(cfg))
 
@@ -548,6 +557,48 @@ def _tp_cpu_group() -> tuple[Any, int]:
 
     group = get_tp_group()
     return group.cpu_group, int(group.rank_in_group)
+
+
+@dataclass(frozen=True)
+class AttentionRanks:
+    """A process's place in sglang's attention layout: ``tp_rank = (attn_dp_rank * attn_cp_size +
+    attn_cp_rank) * attn_tp_size + attn_tp_rank`` (``layers/dp_attention.py``, both versions)."""
+
+    tp_rank: int
+    attn_tp_rank: int
+    attn_cp_rank: int
+    attn_dp_rank: int
+    attn_dp_size: int
+
+
+def attention_ranks(tp_rank: int) -> AttentionRanks:
+    """This process's attention ranks, as sglang published them (``runtime_context.get_parallel()``).
+
+    Without a published topology for this TP rank (data-parallel attention never initialised, as in a
+    CPU test) the TP group is one attention group: ``AttentionRanks(tp_rank, tp_rank, 0, 0, 1)``.
+    """
+    try:
+        from sglang.srt.runtime_context import get_parallel
+
+        p = get_parallel()
+        ranks = AttentionRanks(
+            int(p.tp_rank), int(p.attn_tp_rank), int(p.attn_cp_rank), int(p.attn_dp_rank), int(p.attn_dp_size)
+        )
+    except Exception:  # noqa: BLE001 - not initialised (or another layout): the TP rank alone
+        return AttentionRanks(tp_rank, tp_rank, 0, 0, 1)
+    return ranks if ranks.tp_rank == tp_rank else AttentionRanks(tp_rank, tp_rank, 0, 0, 1)
+
+
+def telemetry_placement(ranks: AttentionRanks) -> tuple[bool, int | None]:
+    """(whether this rank keeps the accept telemetry, the ``dp=`` tag of its lines).
+
+    Every rank of one attention group (its attention-TP and context-parallel peers) verifies the same
+    batch, so the first of them keeps the telemetry; with data-parallel attention each DP group runs
+    its own batch, so each group's first rank keeps one, tagged with the group's DP rank. Without it
+    that is TP rank 0 alone, untagged.
+    """
+    watches = ranks.attn_tp_rank == 0 and ranks.attn_cp_rank == 0
+    return watches, (ranks.attn_dp_rank if ranks.attn_dp_size > 1 else None)
 
 
 class _HarvestWorkerMixin:
@@ -574,20 +625,28 @@ class _HarvestWorkerMixin:
         return served
 
     def _dspark_attach(self, served: Any, *, tp_rank: int = 0, enable_metrics: bool = False) -> None:
-        """Keep ``served``; on TP rank 0 create the accept telemetry (other ranks see the same rounds)."""
+        """Keep ``served``; create the accept telemetry on the first rank of each attention group.
+
+        That is TP rank 0 (the others verify the same rounds), and with data-parallel attention the
+        first rank of every DP group, whose lines end with ``dp=N`` (``telemetry_placement``).
+        """
         from ..telemetry import AcceptTelemetry, PrometheusMetrics
 
         self.dspark_served = served
-        if tp_rank != 0:
+        watches, dp_rank = telemetry_placement(attention_ranks(tp_rank))
+        if not watches:
             self.dspark_telemetry = None
             return
         gamma = served.geometry.gamma
         metrics = PrometheusMetrics(gamma) if enable_metrics else None
-        self.dspark_telemetry = AcceptTelemetry.from_resolution(served.resolution, gamma, metrics=metrics)
+        self.dspark_telemetry = AcceptTelemetry.from_resolution(
+            served.resolution, gamma, metrics=metrics, dp_rank=dp_rank
+        )
         logger.info(
-            "DSPARK_HARVEST worker %s: harvest=%s (%s), block_size=%d, gamma=%d, verify_window=%d, "
+            "DSPARK_HARVEST worker %s%s: harvest=%s (%s), block_size=%d, gamma=%d, verify_window=%d, "
             "harvested rows %s",
             type(self).__name__,
+            "" if dp_rank is None else f" (dp {dp_rank})",
             served.resolution.harvest.name(),
             served.resolution.source,
             served.geometry.block_size,
@@ -652,8 +711,9 @@ class HarvestDSparkWorker(_HarvestWorkerMixin, DSparkWorkerV2):
     def _dspark_route(self, server_args: Any) -> contextlib.AbstractContextManager[None]:
         cfg = self._dspark_harvest_init(server_args).cfg
         _require_mask_token(cfg)
+        rank, head_type = served_markov_head(cfg)
         return dspark_draft_route(
-            _architectures(cfg), markov_rank=served_markov_rank(cfg), mask_token_id=cfg.mask_token_id
+            _architectures(cfg), markov_rank=rank, mask_token_id=cfg.mask_token_id, markov_head_type=head_type
         )
 
     if _DSPARK_TAKES_PS:
@@ -705,6 +765,10 @@ __all__ = [
     "PARSE_HOOK_TARGET",
     "RESULT_HOOK_TARGET",
     "register_hooks",
+    "AttentionRanks",
+    "attention_ranks",
+    "telemetry_placement",
+    "served_markov_head",
     "served_markov_rank",
     "check_servable",
     "dflash_draft_route",

@@ -26,8 +26,9 @@ from sglang.srt.speculative.dspark_components.dspark_worker_v2 import DSparkWork
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from sglang.srt.speculative.spec_registry import CustomSpecAlgo
 
+import sglang_dspark_plugin.sglang_plugin
 from sglang_dspark_plugin.harvest import DsparkHarvest
-from sglang_dspark_plugin.sglang_plugin import contract, is_registered, register, resolution, workers
+from sglang_dspark_plugin.sglang_plugin import contract, hooks, is_registered, register, resolution, workers
 from sglang_dspark_plugin.sglang_plugin.spec_algo import (
     ARM_DEPENDENT,
     ARM_INDEPENDENT,
@@ -125,15 +126,26 @@ def test_broken_contract_registers_nothing(
     assert not is_registered()
 
 
-def test_broken_worker_contract_registers_nothing(
-    monkeypatch: pytest.MonkeyPatch, plugin_log: PluginLog
+def test_broken_worker_contract_refuses_when_the_workers_are_needed(
+    monkeypatch: pytest.MonkeyPatch, plugin_log: PluginLog, target_dir: Path, checkpoint_dir: Path
 ) -> None:
+    # Registration checks only what it needs (no sglang worker module is imported there); the
+    # workers' entries are checked when a DSPARK_HARVEST server resolves its arguments, and by the
+    # worker factory, with the registration's message, before any weight loads.
     unregister()
     broken = ("sglang.srt.speculative.dflash_worker_v2", "DFlashWorkerV2.no_such_method", None)
     monkeypatch.setattr(workers, "WORKER_CONTRACT", [*workers.WORKER_CONTRACT, broken])
-    assert register() is False
-    assert not is_registered()
-    assert "DFlashWorkerV2.no_such_method" in plugin_log.at(logging.ERROR)[0]
+    monkeypatch.setattr(contract, "_WORKERS_CHECKED", False)
+    assert register() is True
+    assert plugin_log.at(logging.ERROR) == []
+    with pytest.raises(contract.WorkerContractError) as info:
+        _resolved(target_dir, write_checkpoint(checkpoint_dir, "zlab_dflash"))
+    message = info.value.message
+    assert isinstance(info.value, ValueError) and info.value.kind == "unsupported"
+    assert "\n" not in message and "DFlashWorkerV2.no_such_method (missing)" in message
+    assert f"sglang {sglang.__version__}" in message and "doctor" in message
+    with pytest.raises(contract.WorkerContractError, match="no_such_method"):
+        sglang_dspark_plugin.sglang_plugin._factory(None)
 
 
 def test_a_failing_hook_registration_registers_nothing(
@@ -144,7 +156,7 @@ def test_a_failing_hook_registration_registers_nothing(
     def broken() -> None:
         raise AttributeError("HookRegistry has no attribute '_hooks'")
 
-    monkeypatch.setattr(workers, "register_hooks", broken)
+    monkeypatch.setattr(hooks, "register_hooks", broken)
     assert register() is False
     assert not is_registered()  # the log line says NOT registered: sglang must agree
     errors = plugin_log.at(logging.ERROR)
@@ -283,7 +295,7 @@ def _resolved(target: Path, draft: Path):
 
 @pytest.mark.parametrize("env", (None, "dflash", "dspark"), ids=lambda v: f"env={v!r}")
 def test_factory_returns_the_arm_worker(env, target_dir: Path, checkpoint_dir: Path, monkeypatch) -> None:
-    name = "zlab_dflash"  # both arms can build it (a Markov-head drafter is refused in the dflash arm)
+    name = "specforge_dflash"  # both arms can build it (no Markov head; the target's vocabulary)
     if env is not None:
         monkeypatch.setenv("MEMRA_DSPARK_HARVEST", env)
     assert register() is True
@@ -318,7 +330,7 @@ def test_spawned_scheduler_resolves_the_arm(target_dir: Path, checkpoint_dir: Pa
     monkeypatch.delenv("SGLANG_PLUGINS", raising=False)
     monkeypatch.setenv("MEMRA_DSPARK_HARVEST", "dspark")  # inherited by the child, as in sglang
     assert register() is True
-    server_args = _resolved(target_dir, write_checkpoint(checkpoint_dir, "zlab_dflash"))
+    server_args = _resolved(target_dir, write_checkpoint(checkpoint_dir, "specforge_dflash"))
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     proc = ctx.Process(target=_scheduler_process, args=(server_args, queue))

@@ -16,11 +16,16 @@ import pytest
 import sglang
 import yaml
 from checkpoints import FIXTURES, write_checkpoint
-from conftest import PluginLog
+from conftest import TARGET_CONFIG, PluginLog
 from sglang.srt.server_args import ServerArgs, prepare_server_args
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-from sglang_dspark_plugin.errors import DsparkHarvestError, GeometryError, HarvestEnvError
+from sglang_dspark_plugin.errors import (
+    DsparkHarvestError,
+    GeometryError,
+    HarvestEnvError,
+    InvalidCheckpointError,
+)
 from sglang_dspark_plugin.sglang_plugin import register, resolution
 
 IS_0523 = tuple(int(x) for x in sglang.__version__.split(".")[:3]) >= (0, 5, 23)
@@ -63,7 +68,11 @@ def expected_outcome(name: str, env: str | None) -> tuple[str, str]:
         return ("error", "conflict")
     else:
         arm = fx.expect
-    return ("error", "unsupported") if arm_cannot_build(name, arm) else ("ok", arm)
+    if arm_cannot_build(name, arm):
+        return ("error", "unsupported")
+    if arm == "dspark" and rank_without_head_type(name):
+        return ("error", "invalid")  # sglang's own parse of its config.json refuses it
+    return ("ok", arm)
 
 
 DENSE_DSPARK = ("DSparkDraftModel", "Qwen3DSparkModel", "LingDSparkModel")  # sglang's models/dspark.py
@@ -72,15 +81,26 @@ DENSE_DSPARK = ("DSparkDraftModel", "Qwen3DSparkModel", "LingDSparkModel")  # sg
 def arm_cannot_build(name: str, arm: str) -> bool:
     """The arm's worker cannot build this drafter, so argument resolution refuses it already.
 
-    dspark arm: sglang's dense DSpark model (or a DFlash-named drafter) only; dflash arm: a DSpark-named
-    drafter loads as sglang's DFlashDraftModel only when it has no Markov head to drop.
+    dspark arm: sglang's dense DSpark model (or a DFlash-named drafter) only, with the target's
+    vocabulary; dflash arm: a DSpark-named drafter loads as sglang's DFlashDraftModel only when it has
+    no Markov head to drop.
     """
     fx = FIXTURES[name]
     architectures = fx.config.get("architectures") or []
     if arm == "dspark":
+        vocab = fx.config.get("vocab_size")  # the Markov head (the zero head too) is sized from it
+        if vocab is not None and vocab != TARGET_CONFIG["vocab_size"]:
+            return True
         return not any(a in (*DENSE_DSPARK, "DFlashDraftModel") for a in architectures)
     has_markov_head = any(k.startswith("markov_head.") for k in fx.tensors)
     return has_markov_head and any(a in DENSE_DSPARK for a in architectures)
+
+
+def rank_without_head_type(name: str) -> bool:
+    """config.json declares a Markov rank but no markov_head_type: sglang's parse refuses it."""
+    cfg = FIXTURES[name].config
+    holders = [cfg, *(cfg.get(k) or {} for k in ("dflash_config", "dspark_config"))]
+    return any(h.get("markov_rank") for h in holders) and not any(h.get("markov_head_type") for h in holders)
 
 
 def expected_verify_window(block_size: int, arm: str) -> int:
@@ -155,9 +175,13 @@ def test_cuda_device_runs_the_builtin_handler(
         monkeypatch.setenv("MEMRA_DSPARK_HARVEST", env)
     arm = env or fx.expect
     if arm_cannot_build(name, arm):
-        with pytest.raises(ValueError, match="MEMRA_DSPARK_HARVEST") as info:
+        with pytest.raises(ValueError, match="MEMRA_DSPARK_HARVEST|target's tokenizer") as info:
             resolve(target_dir, write_checkpoint(checkpoint_dir, name), device="cuda")
         assert info.value.kind == "unsupported"
+        return
+    if arm == "dspark" and rank_without_head_type(name):
+        with pytest.raises(InvalidCheckpointError, match="markov_head_type"):
+            resolve(target_dir, write_checkpoint(checkpoint_dir, name), device="cuda")
         return
     _, view = resolve(target_dir, write_checkpoint(checkpoint_dir, name), device="cuda")
     assert view.speculative_num_draft_tokens == expected_verify_window(fx.block_size, arm)
@@ -168,7 +192,7 @@ def test_cuda_device_runs_the_builtin_handler(
 
 @pytest.mark.parametrize("arm", ("dflash", "dspark"))
 def test_num_draft_tokens_flag(arm: str, target_dir: Path, checkpoint_dir: Path, monkeypatch) -> None:
-    name = "zlab_dflash"
+    name = "specforge_dflash"  # both arms can build it (its vocabulary is the target's)
     b = FIXTURES[name].block_size
     draft = write_checkpoint(checkpoint_dir, name)
     monkeypatch.setenv("MEMRA_DSPARK_HARVEST", arm)
@@ -191,7 +215,7 @@ def test_num_draft_tokens_flag(arm: str, target_dir: Path, checkpoint_dir: Path,
 @pytest.mark.parametrize("flag", ("--speculative-dflash-block-size", "--speculative-dspark-block-size"))
 @pytest.mark.parametrize("arm", ("dflash", "dspark"))
 def test_block_size_flags(flag: str, arm: str, target_dir: Path, checkpoint_dir: Path, monkeypatch) -> None:
-    name = "zlab_dflash"  # both arms can build it
+    name = "specforge_dflash"  # both arms can build it (its vocabulary is the target's)
     b = FIXTURES[name].block_size
     draft = write_checkpoint(checkpoint_dir, name)
     monkeypatch.setenv("MEMRA_DSPARK_HARVEST", arm)

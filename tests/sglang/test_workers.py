@@ -436,8 +436,12 @@ def test_rank_agreement_values_name_the_harvest_geometry_and_draft(tmp_path):
         "block_size": 5,
         "gamma": 5,
         "verify_window": 6,
-        "draft_path": served.cfg.path,
+        "draft": served.cfg.path,  # a stand-in without the user's string: the folder
+        "draft_content": values["draft_content"],
     }
+    assert values["draft_content"].startswith("sha256:")
+    served.draft = "org/drafter"  # what the user passed, whatever folder it resolved to on this node
+    assert rank_agreement_values(served)["draft"] == "org/drafter"
 
 
 def test_worker_init_refuses_a_harvest_the_factory_did_not_choose(tmp_path, monkeypatch):
@@ -636,7 +640,7 @@ def _prepared_server_args(target_dir: Path, draft: Path, *extra: str):
     [
         ("zlab_dflash", None, DsparkHarvest.DFLASH),
         ("dspark_markov_rank0", None, DsparkHarvest.DSPARK),
-        ("zlab_dflash", "dspark", DsparkHarvest.DSPARK),
+        ("specforge_dflash", "dspark", DsparkHarvest.DSPARK),
     ],
     ids=["dflash-census", "dspark-no-markov-census", "dspark-forced"],
 )

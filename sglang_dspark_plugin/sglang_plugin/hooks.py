@@ -1,0 +1,206 @@
+"""The plugin's hooks on sglang functions, registered by ``register()`` without importing sglang's heavy
+modules.
+
+``register()`` runs in every sglang process (the launcher, each scheduler, and on 0.5.23 the
+detokenizer and the data-parallel controller), most of which never build a speculative worker. Both
+hook targets sit in modules that pull in sglang's model stack (seconds to import), so each hook goes to
+sglang's ``HookRegistry`` when its module is loaded already (a scheduler imports them before
+``load_plugins()``; ``load_plugins()`` applies the hook and rebinds ``from ... import`` copies), and
+otherwise the moment that module is first imported (a one-shot import finder registers it and runs
+``HookRegistry.apply_hooks()`` before any other module can bind the target). A process that never
+imports them pays nothing.
+
+* the live-request mask, BEFORE ``SchedulerBatchResultProcessor._resolve_spec_v2_tokens``;
+* the dspark arm's Markov answer, AFTER ``parse_dspark_draft_config``.
+
+A target that moved is not hooked here; the workers' contract (``TARGET_CONTRACT``) reports it by name
+when a ``DSPARK_HARVEST`` server starts. The hook bodies that need the workers' logic import
+``workers`` only when a draft config of the served checkpoint is parsed, in a process whose server
+arguments are published.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+_PARSE_MODULE = "sglang.srt.speculative.dspark_components.dspark_config"
+PARSE_HOOK_TARGET = f"{_PARSE_MODULE}.parse_dspark_draft_config"
+"""sglang's DSpark draft-config parser; every Markov-rank refusal reads its result."""
+
+_RESULT_MODULE = "sglang.srt.managers.scheduler_components.batch_result_processor"
+_RESULT_QUALNAME = "SchedulerBatchResultProcessor._resolve_spec_v2_tokens"
+RESULT_HOOK_TARGET = f"{_RESULT_MODULE}.{_RESULT_QUALNAME}"
+"""The scheduler's host-side processing of one verify round; it calls ``on_verify_complete_cpu``."""
+
+_REGISTRY = "sglang.srt.plugins.hook_registry"
+
+HOOK_CONTRACT: list[tuple[str, str, tuple[str, ...] | None]] = [
+    (_REGISTRY, "HookRegistry.register", ("target", "hook", "hook_type")),
+    (_REGISTRY, "HookRegistry.apply_hooks", ()),
+    (_REGISTRY, "HookRegistry._hooks", None),  # register_hooks' idempotence
+    (_REGISTRY, "HookType.AFTER", None),
+    (_REGISTRY, "HookType.BEFORE", None),
+]
+"""What registering the hooks relies on (``sglang.srt.plugins`` has imported it): checked by
+``register()``."""
+
+TARGET_CONTRACT: list[tuple[str, str, tuple[str, ...] | None]] = [
+    (_RESULT_MODULE, _RESULT_QUALNAME, ("result", "batch")),
+    (_PARSE_MODULE, "parse_dspark_draft_config", ("draft_hf_config",)),
+]
+"""The hooks' targets, in heavy modules: part of the workers' contract (checked when a
+``DSPARK_HARVEST`` server starts, and by ``dspark-harvest doctor``)."""
+
+
+def register_hooks() -> None:
+    """Register the plugin's hooks (idempotent); imports no sglang worker or model module.
+
+    * the live-request mask: with the overlap scheduler a request that finished in round k is still in
+      the batch of round k+1, whose result sglang does not count for it (``spec_verify_ct``); the
+      plugin's telemetry must not count it either;
+    * the dspark arm's parse hook: the target's model runner already refuses a draft without a Markov
+      head when the algorithm is DSpark, before the draft worker exists.
+    """
+    from sglang.srt.plugins.hook_registry import HookType
+
+    for module_name, qualname, hook, kind in (
+        (_RESULT_MODULE, _RESULT_QUALNAME, live_requests_before_result, HookType.BEFORE),
+        (_PARSE_MODULE, "parse_dspark_draft_config", served_markov_after_parse, HookType.AFTER),
+    ):
+        if module_name in sys.modules:
+            _register(module_name, qualname, hook, kind)  # load_plugins() applies it
+        else:
+            _when_imported(module_name, _register_and_apply(module_name, qualname, hook, kind))
+
+
+def _register(module_name: str, qualname: str, hook: Callable[..., Any], kind: Any) -> bool:
+    """``HookRegistry.register`` once, when the target exists in its (already loaded) module."""
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    target = f"{module_name}.{qualname}"
+    if any(h is hook for _, h, _ in HookRegistry._hooks.get(target, [])):
+        return False
+    obj: Any = sys.modules.get(module_name)
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+    if obj is None:
+        return False  # moved in this sglang: the workers' contract names it
+    HookRegistry.register(target, hook, kind)
+    return True
+
+
+def _register_and_apply(
+    module_name: str, qualname: str, hook: Callable[..., Any], kind: Any
+) -> Callable[[Any], None]:
+    def on_import(module: Any) -> None:
+        from sglang.srt.plugins.hook_registry import HookRegistry
+
+        if _register(module_name, qualname, hook, kind):
+            HookRegistry.apply_hooks()  # patches the targets not patched yet: this one
+
+    return on_import
+
+
+def live_requests_before_result(processor: Any, result: Any, batch: Any, *args: Any, **kwargs: Any) -> None:
+    """BEFORE hook: tell a plugin worker which requests of this round sglang will count (no device work)."""
+    worker = getattr(processor, "model_worker", None)
+    if getattr(worker, "dspark_telemetry", None) is None:
+        return None
+    worker.dspark_live_mask = [not (r.is_retracted or r.finished()) for r in batch.reqs]
+    return None
+
+
+def same_path(a: Any, b: Any) -> bool:
+    """Whether two path strings name the same place (``~`` and relative paths resolved)."""
+    if a is None or b is None:
+        return False
+    return os.path.abspath(os.path.expanduser(str(a))) == os.path.abspath(os.path.expanduser(str(b)))
+
+
+def served_markov_after_parse(result: Any, *args: Any, **kwargs: Any) -> Any:
+    """AFTER hook on ``parse_dspark_draft_config``: the served draft's Markov head, else ``None``.
+
+    Cheap for every other config: only the config of the served draft (matched by path, in a process
+    whose server arguments are published) reaches ``workers._served_markov_after_parse``.
+    """
+    config = kwargs.get("draft_hf_config", args[0] if args else None)
+    name = config.get("_name_or_path") if isinstance(config, dict) else getattr(config, "_name_or_path", None)
+    if not name:
+        return None
+    from .resolution import published_server_args, read_arg
+
+    server_args = published_server_args()
+    if server_args is None or not same_path(name, read_arg(server_args, "speculative_draft_model_path")):
+        return None
+    from . import workers
+
+    return workers._served_markov_after_parse(result, *args, **kwargs)
+
+
+_finders: dict[str, _PatchOnImport] = {}
+_finders_lock = threading.Lock()
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Runs ``patch(module)`` right after ``module_name`` executes, once; then steps aside."""
+
+    def __init__(self, module_name: str, patch: Any) -> None:
+        self.module_name = module_name
+        self.patch = patch
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.module_name:
+            return None
+        spec = None
+        for finder in sys.meta_path:  # whichever finder would have found it without us
+            find = getattr(finder, "find_spec", None)
+            if finder is not self and find is not None:
+                spec = find(fullname, path, target)
+                if spec is not None:
+                    break
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return None
+        loader, patch = spec.loader, self.patch
+        exec_module = loader.exec_module
+
+        def exec_then_patch(module: Any) -> None:
+            exec_module(module)
+            patch(module)
+
+        loader.exec_module = exec_then_patch  # this spec's own loader instance only
+        _remove_finder(self)
+        return spec
+
+
+def _when_imported(module_name: str, patch: Callable[[Any], None]) -> None:
+    """Run ``patch(module)`` right after ``module_name`` is first imported (once)."""
+    with _finders_lock:
+        if module_name in _finders:
+            return
+        finder = _PatchOnImport(module_name, patch)
+        _finders[module_name] = finder
+        sys.meta_path.insert(0, finder)
+
+
+def _remove_finder(finder: _PatchOnImport) -> None:
+    with _finders_lock:
+        if finder in sys.meta_path:
+            sys.meta_path.remove(finder)
+        _finders.pop(finder.module_name, None)
+
+
+__all__ = [
+    "PARSE_HOOK_TARGET",
+    "RESULT_HOOK_TARGET",
+    "HOOK_CONTRACT",
+    "TARGET_CONTRACT",
+    "register_hooks",
+    "live_requests_before_result",
+    "served_markov_after_parse",
+    "same_path",
+]
