@@ -27,7 +27,7 @@ ALARM_ENV = {"MEMRA_DSPARK_ALARM_WARMUP": "64", "MEMRA_DSPARK_ALARM_WINDOW": "64
 it under the wrong harvest (about 460 rounds near 1.1); under the matched harvest the hardest prompt
 (about 40 rounds near 1.5) never fills a window on its own."""
 
-MATCHED = {"dflash": "dflash", "dspark": "dspark", "dspark-zero-markov": "dspark"}
+MATCHED = {"dflash": "dflash", "dspark": "dspark", "dspark-zero-markov": "dspark", "dspark-markov": "dspark"}
 """The harvest each drafter was trained for."""
 
 
@@ -78,6 +78,8 @@ RUNS: dict[str, Run] = {
         Run("builtin-DSPARK/dspark-zero-markov", "DSPARK", "dspark-zero-markov"),
         Run("plugin/dspark-zero-markov", PLUGIN, "dspark-zero-markov"),
         Run("plugin/dspark", PLUGIN, "dspark", concurrent=True),
+        Run("builtin-DSPARK/dspark-markov", "DSPARK", "dspark-markov"),
+        Run("plugin/dspark-markov", PLUGIN, "dspark-markov"),
         Run("plugin-forced-dflash/dflash", PLUGIN, "dflash", harvest="dflash"),
         Run("plugin-forced-dspark/dflash", PLUGIN, "dflash", harvest="dspark"),
         Run("plugin-forced-dspark/dspark", PLUGIN, "dspark", harvest="dspark"),
@@ -110,9 +112,22 @@ CASES: tuple[Case, ...] = (
         "census -> dspark arm on a Markov-head drafter: the same tokens and accept lengths as DSPARK",
     ),
     Case(
+        "dspark-arm-is-builtin-DSPARK-with-a-trained-Markov-head",
+        "identical",
+        ("builtin-DSPARK/dspark-markov", "plugin/dspark-markov"),
+        "the SpecForge-shaped drafter (vanilla Markov head, confidence head, block 7): same as DSPARK",
+    ),
+    Case(
         "served-equals-reference",
         "reference",
-        ("plugin/dflash", "plugin/dspark", "plugin/dspark-zero-markov", "builtin-DSPARK/dspark-zero-markov"),
+        (
+            "plugin/dflash",
+            "plugin/dspark",
+            "plugin/dspark-zero-markov",
+            "builtin-DSPARK/dspark-zero-markov",
+            "plugin/dspark-markov",
+            "builtin-DSPARK/dspark-markov",
+        ),
         "every drafter under its matched harvest: tokens = reference engine = target greedy; the "
         "per-request accept lengths equal the reference engine's (the zero-head route included)",
     ),
@@ -171,7 +186,7 @@ def zero_markov_variant(shifted_drafter: Path, out: Path) -> Path:
 
 def drafter_folders(embedded_root: Path, workdir: Path) -> dict[str, Path]:
     """Every drafter key -> a folder (the zero-Markov variant is written under ``workdir``)."""
-    folders = {key: embedded_root / f"drafter-{key}" for key in ("dflash", "dspark")}
+    folders = {key: embedded_root / f"drafter-{key}" for key in ("dflash", "dspark", "dspark-markov")}
     folders["dspark-zero-markov"] = zero_markov_variant(
         folders["dspark"], workdir / "drafter-dspark-zero-markov"
     )

@@ -29,7 +29,10 @@ def is_registered() -> bool:
 
 
 def _factory(server_args: Any) -> type:
-    """The worker class for the harvest the draft checkpoint resolves to (called by ``create_worker``)."""
+    """The worker class for the harvest the draft checkpoint resolves to (called by ``create_worker``).
+
+    Reached only on the fallback route, where the early rewrite to the builtin did not fire.
+    """
     from . import contract
 
     contract.require_worker_contract()  # the workers' entries, deferred from registration
@@ -69,11 +72,12 @@ def register() -> bool:
             )
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-        from . import hooks
+        from . import builtin, hooks
         from .spec_algo import DsparkHarvestSpecAlgo
 
-        # The hook first: if it fails, nothing is registered (the hook alone is inert for other algorithms).
+        # The hooks first: if one fails, nothing is registered (they are inert for other algorithms).
         hooks.register_hooks()  # applied by load_plugins(), before the scheduler builds the target
+        builtin.register_early_hooks()  # DSPARK_HARVEST resolves to, and is served as, DFLASH / DSPARK
         SpeculativeAlgorithm.register(ALGORITHM, supports_overlap=True, spec_class=DsparkHarvestSpecAlgo)(
             _factory
         )

@@ -41,6 +41,7 @@ PLUGIN_CONTRACT: list[Entry] = [
     (_SPEC_INFO, "SpeculativeAlgorithm.DFLASH", None),
     (_SPEC_INFO, "SpeculativeAlgorithm.DSPARK", None),
     (_SPEC_INFO, "SpeculativeAlgorithm.handle_server_args", ("server_args",)),
+    (_SPEC_INFO, "SpeculativeAlgorithm.create_worker", ("server_args",)),  # builtin.worker_after_create
     (
         _SPEC_INFO,
         "SpeculativeAlgorithm.create_future_map",
@@ -71,8 +72,17 @@ PLUGIN_CONTRACT_0523: list[Entry] = [
     (_OVERRIDES, "record_of", ("view",)),
     (_OVERRIDES, "resolving_view", ("server_args",)),
     (_OVERRIDES, "declare_resolution", ("server_args", "source")),
+    # builtin.register_early_hooks: the rewrite at handle_model_source_paths, the check after it
+    ("sglang.srt.arg_groups.resolution_hooks", "register_resolution_hook", ("name",)),
+    ("sglang.srt.arg_groups.resolution_hooks", "_HOOKS", None),
+    ("sglang.srt.arg_groups.resolution_hooks", "_OVERRIDABLE_HOOKS", None),
 ]
 """0.5.23's resolution pipeline: a plugin's handle_server_args receives a recording stand-in."""
+
+PLUGIN_CONTRACT_0517: list[Entry] = [
+    ("sglang.srt.server_args", "ServerArgs.__post_init__", None),  # builtin.post_init_around
+]
+"""0.5.17 has no resolution-hook API: the rewrite wraps ``ServerArgs.__post_init__``."""
 
 SERVER_ARGS_FIELDS = (
     "speculative_algorithm",
@@ -173,8 +183,7 @@ def worker_contract() -> list[Entry] | HookStatus:
 def full_contract() -> list[Entry]:
     """The plugin's entries for the installed sglang (without the workers')."""
     entries = list(PLUGIN_CONTRACT)
-    if uses_resolution_pipeline():
-        entries += PLUGIN_CONTRACT_0523
+    entries += PLUGIN_CONTRACT_0523 if uses_resolution_pipeline() else PLUGIN_CONTRACT_0517
     return entries
 
 
@@ -263,6 +272,7 @@ __all__ = [
     "SUPPORTED_SGLANG",
     "PLUGIN_CONTRACT",
     "PLUGIN_CONTRACT_0523",
+    "PLUGIN_CONTRACT_0517",
     "SERVER_ARGS_FIELDS",
     "HookStatus",
     "sglang_version",

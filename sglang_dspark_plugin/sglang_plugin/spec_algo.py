@@ -211,10 +211,22 @@ class DsparkHarvestSpecAlgo(CustomSpecAlgo):
             return member.resolve_max_speculative_num_draft_tokens(server_args)
         return read_arg(server_args, "speculative_num_draft_tokens")
 
-    # -- argument resolution ---------------------------------------------------------------------
+    # -- argument resolution (fallback route) -----------------------------------------------------
     def handle_server_args(self, server_args: Any) -> None:
-        """Resolve the harvest once and set the geometry; refuse contradictions before any model loads."""
+        """Resolve the harvest once and set the geometry; refuse contradictions before any model loads.
+
+        Normally never reached: ``builtin.rewrite_to_builtin`` turns ``DSPARK_HARVEST`` into DFLASH /
+        DSPARK at the start of argument resolution. This is the route where that early hook could not
+        fire (``ServerArgs`` built before ``load_plugins()``): it serves, but sglang's checks and features
+        keyed on the builtin's name do not see it, hence the warning.
+        """
         record = unwrap_record(server_args)
+        logger.warning(
+            "%s: the early rewrite to sglang's builtin did not run (were ServerArgs built before "
+            "sglang.srt.plugins.load_plugins()?); serving through the registered custom algorithm, "
+            "where sglang's own checks and features keyed on DFLASH/DSPARK do not apply.",
+            ALGORITHM,
+        )
         refuse_disaggregation(record)
         s = served(record)
         g = s.geometry
@@ -227,20 +239,7 @@ class DsparkHarvestSpecAlgo(CustomSpecAlgo):
             if g.harvest is DsparkHarvest.DFLASH
             else "speculative_dspark_block_size"
         )
-        for field, flag in (
-            ("speculative_num_steps", "--speculative-num-steps"),
-            ("speculative_eagle_topk", "--speculative-eagle-topk"),
-        ):
-            value = read_arg(record, field)
-            if value is not None and int(value) != 1:
-                # The builtin handlers override these with a warning too; one chain, one draft per row.
-                logger.warning(
-                    "%s (like %s) only supports %s 1; overriding %s to 1.",
-                    ALGORITHM,
-                    member.name,
-                    flag,
-                    value,
-                )
+        override_steps_and_topk(record, member.name)
         declare_args(
             record,
             _SOURCE,
@@ -273,6 +272,19 @@ class DsparkHarvestSpecAlgo(CustomSpecAlgo):
             )
         self._harvest = g.harvest
         announce(s)
+
+
+def override_steps_and_topk(record: Any, builtin: str) -> None:
+    """Warn about steps/topk flags other than 1 (the builtin handlers override them to 1 too)."""
+    for field, flag in (
+        ("speculative_num_steps", "--speculative-num-steps"),
+        ("speculative_eagle_topk", "--speculative-eagle-topk"),
+    ):
+        value = read_arg(record, field)
+        if value is not None and int(value) != 1:
+            logger.warning(
+                "%s (like %s) only supports %s 1; overriding %s to 1.", ALGORITHM, builtin, flag, value
+            )
 
 
 def refuse_disaggregation(server_args: Any) -> None:
@@ -373,6 +385,7 @@ __all__ = [
     "DsparkHarvestSpecAlgo",
     "builtin_member",
     "refuse_disaggregation",
+    "override_steps_and_topk",
     "refuse_uncapturable",
     "refuse_unservable",
     "check_width_flags",

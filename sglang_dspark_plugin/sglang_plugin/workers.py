@@ -278,8 +278,16 @@ def _served_markov(config: Any) -> tuple[int, str] | None:
     name = _cfg_get(config, "_name_or_path")
     if not name:
         return None
+    from .builtin import marker_of
+
     server_args = published_server_args()
-    if server_args is None or str(read_arg(server_args, "speculative_algorithm") or "").upper() != ALGORITHM:
+    if server_args is None:
+        return None
+    # The plugin's server: the marker of the rewrite to the builtin, or the custom algorithm's name
+    # (fallback route). A plain DSPARK launch has neither and keeps sglang's refusal of markov_rank 0.
+    if marker_of(server_args) is None and (
+        str(read_arg(server_args, "speculative_algorithm") or "").upper() != ALGORITHM
+    ):
         return None
     # The path first: only the served draft's own config may resolve (census) here.
     if not same_path(name, read_arg(server_args, "speculative_draft_model_path")):
@@ -618,6 +626,17 @@ class _HarvestWorkerMixin:
                 f"disagree. Check that {ENV_VAR} is the same in every process of this server.",
                 where=ENV_VAR,
             )
+        from .resolution import builtin_name, read_arg
+
+        running_as = str(read_arg(server_args, "speculative_algorithm") or "").upper()
+        if running_as in ("DFLASH", "DSPARK") and running_as != builtin_name(harvest):
+            raise GeometryError(
+                f"{type(self).__name__}: sglang runs this server as {running_as} but the draft "
+                f"{served.cfg.path} resolves to the {harvest.name()} harvest ({builtin_name(harvest)}) in "
+                f"this process ({served.resolution.source}); refusing rather than serving the wrong "
+                f"convention. Check that {ENV_VAR} is the same in every process of this server.",
+                where="speculative_algorithm",
+            )
         group, tp_rank = _tp_cpu_group()
         check_rank_agreement(rank_agreement_values(served), group)
         enable_metrics = bool(getattr(server_args, "enable_metrics", False))
@@ -631,12 +650,16 @@ class _HarvestWorkerMixin:
         first rank of every DP group, whose lines end with ``dp=N`` (``telemetry_placement``).
         """
         from ..telemetry import AcceptTelemetry, PrometheusMetrics
+        from .resolution import announce
 
         self.dspark_served = served
         watches, dp_rank = telemetry_placement(attention_ranks(tp_rank))
         if not watches:
             self.dspark_telemetry = None
             return
+        # The startup line and manifest, once per scheduler process too: sglang 0.5.17 resolves its
+        # arguments before the launcher configures logging, so the launcher's INFO lines can be lost.
+        announce(served)
         gamma = served.geometry.gamma
         metrics = PrometheusMetrics(gamma) if enable_metrics else None
         self.dspark_telemetry = AcceptTelemetry.from_resolution(

@@ -285,7 +285,7 @@ def _resolved(target: Path, draft: Path):
             "--speculative-draft-model-path",
             str(draft),
             "--device",
-            "cpu",
+            "cuda",  # the builtin it resolves to refuses cpu, as for a plain launch; no GPU is used
         ]
     )
     if IS_0523:

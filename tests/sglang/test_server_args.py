@@ -26,6 +26,7 @@ from sglang_dspark_plugin.errors import (
     HarvestEnvError,
     InvalidCheckpointError,
 )
+from sglang_dspark_plugin.sglang_plugin import builtin as builtin_mod
 from sglang_dspark_plugin.sglang_plugin import register, resolution
 
 IS_0523 = tuple(int(x) for x in sglang.__version__.split(".")[:3]) >= (0, 5, 23)
@@ -33,8 +34,12 @@ CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"
 ENV_VALUES = (None, "dflash", "dspark", "dSpark ", "bogus")
 
 
-def resolve(target: Path, draft: Path | None, *extra: str, device: str = "cpu", config: Path | None = None):
-    """Parse and resolve like ``launch_server``; returns (record, the view that holds the results)."""
+def resolve(target: Path, draft: Path | None, *extra: str, device: str = "cuda", config: Path | None = None):
+    """Parse and resolve like ``launch_server``; returns (record, the view that holds the results).
+
+    ``--device cuda`` by default: DSPARK_HARVEST resolves to sglang's builtin, whose own handler refuses
+    ``cpu`` exactly as for a plain DFLASH/DSPARK launch. Resolution reads configs only, no GPU needed.
+    """
     argv = ["--model-path", str(target), "--device", device]
     if config is not None:
         argv = ["--config", str(config), *argv]
@@ -56,8 +61,16 @@ def resolve(target: Path, draft: Path | None, *extra: str, device: str = "cpu", 
 def expected_outcome(name: str, env: str | None) -> tuple[str, str]:
     """("ok", arm) or ("error", kind) for a fixture under an env value, from the fixture's verdict."""
     fx = FIXTURES[name]
-    if "model_type" not in fx.config:
-        return ("sglang", "model_type")  # sglang's own draft-config load refuses it before the plugin
+    outcome = _plugin_outcome(name, env)
+    if outcome[0] == "ok" and "model_type" not in fx.config:
+        # the plugin resolves first (start of argument resolution); sglang's own load of the draft
+        # config, after the rewrite to the builtin, then refuses a config without model_type
+        return ("sglang", "model_type")
+    return outcome
+
+
+def _plugin_outcome(name: str, env: str | None) -> tuple[str, str]:
+    fx = FIXTURES[name]
     if fx.expect in ("unsupported", "invalid"):
         return ("error", fx.expect)  # the census refuses before the env value matters
     if env is not None:
@@ -144,22 +157,24 @@ def test_every_fixture_and_env(
     b = fx.block_size
     assert b is not None
     width = expected_verify_window(b, detail)
-    assert view.speculative_algorithm == "DSPARK_HARVEST"
+    builtin = "DFLASH" if detail == "dflash" else "DSPARK"
+    assert view.speculative_algorithm == builtin  # served as the builtin it resolves to
+    assert getattr(record, builtin_mod.MARKER_ATTR)["harvest"] == detail
     assert view.speculative_num_draft_tokens == width
     assert view.speculative_num_steps == 1
     assert view.speculative_eagle_topk == 1
-    block_flag = "speculative_dflash_block_size" if detail == "dflash" else "speculative_dspark_block_size"
-    assert getattr(view, block_flag) == b
+    assert getattr(record, builtin_mod.MARKER_ATTR)["block_size"] == b
     if IS_0523:
         assert record.speculative_num_draft_tokens is None  # declared through the stand-in, raw untouched
     served = resolution.served(record)
     assert served.resolution.harvest.name() == detail
     assert served.resolution.source == ("env" if env is not None else fx.expect_source)
     assert served.geometry.verify_window == width
-    algo = SpeculativeAlgorithm.from_string("DSPARK_HARVEST")
-    assert algo.is_dflash() is (detail == "dflash")
-    assert algo.is_dspark() is (detail == "dspark")
-    assert algo.is_dflash_family() is True
+    algo = SpeculativeAlgorithm.from_string(view.speculative_algorithm)
+    assert algo is SpeculativeAlgorithm[builtin]  # sglang's own member: its predicates, its checks
+    assert algo.create_worker(record).__name__ == (
+        "HarvestDFlashWorker" if detail == "dflash" else "HarvestDSparkWorker"
+    )
 
 
 @pytest.mark.parametrize("env", (None, "dflash", "dspark"), ids=lambda v: f"env={v!r}")
@@ -302,7 +317,7 @@ def test_config_files(
             resolve(target_dir, write_checkpoint(checkpoint_dir, name), config=config)
         return
     _, view = resolve(target_dir, write_checkpoint(checkpoint_dir, name), config=config)
-    assert view.speculative_algorithm == "DSPARK_HARVEST"
+    assert view.speculative_algorithm == ("DFLASH" if arm == "dflash" else "DSPARK")
     assert view.speculative_num_draft_tokens == expected_verify_window(fx.block_size, arm)
     parser = argparse.ArgumentParser()
     ServerArgs.add_cli_args(parser)

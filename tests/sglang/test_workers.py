@@ -628,7 +628,7 @@ def _prepared_server_args(target_dir: Path, draft: Path, *extra: str):
 
     server_args = prepare_server_args(
         ["--model-path", str(target_dir), "--speculative-algorithm", "DSPARK_HARVEST",
-         "--speculative-draft-model-path", str(draft), "--device", "cpu", *extra]
+         "--speculative-draft-model-path", str(draft), "--device", "cuda", *extra]
     )
     if SGLANG_023:
         server_args.resolve_once()
