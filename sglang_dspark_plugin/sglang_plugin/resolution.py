@@ -210,7 +210,8 @@ def describe(s: Served) -> str:
 
 
 def _block_size_note(s: Served) -> str:
-    return "" if s.block_size_source == "config.json" else f" (from {s.block_size_source})"
+    source = getattr(s, "block_size_source", "config.json")  # stand-ins built before the field existed
+    return "" if source == "config.json" else f" (from {source})"
 
 
 def announce(s: Served) -> None:
