@@ -450,9 +450,10 @@ def test_worker_init_refuses_a_harvest_the_factory_did_not_choose(tmp_path, monk
     monkeypatch.setattr(workers, "_served_for", lambda args: served)
     worker = object.__new__(HarvestDSparkWorker)
     with pytest.raises(GeometryError, match="factory and the worker"):
-        worker._dspark_harvest_init(SimpleNamespace(enable_metrics=False))
+        worker._dspark_harvest_init(SimpleNamespace(enable_metrics=False, speculative_algorithm="DSPARK"))
     ok = object.__new__(HarvestDFlashWorker)
-    assert ok._dspark_harvest_init(SimpleNamespace(enable_metrics=False)) is served
+    args = SimpleNamespace(enable_metrics=False, speculative_algorithm="DFLASH")
+    assert ok._dspark_harvest_init(args) is served
     assert ok.dspark_telemetry is not None
 
 
