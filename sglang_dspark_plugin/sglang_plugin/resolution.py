@@ -121,8 +121,8 @@ def served(server_args: Any) -> Served:
             "directory or a hub id already in the Hugging Face cache); got none.",
             where="--speculative-draft-model-path",
         )
-    target = read_arg(server_args, "model_path")
-    flags = {flag: read_arg(server_args, field) for flag, field in BLOCK_SIZE_FIELDS.items()}
+    target = _optional_arg(server_args, "model_path")
+    flags = {flag: _optional_arg(server_args, field) for flag, field in BLOCK_SIZE_FIELDS.items()}
     key = (str(draft), os.environ.get(ENV_VAR), target, *flags.values())
     hit = _CACHE.get(key)
     if hit is not None:
@@ -173,6 +173,14 @@ def served(server_args: Any) -> Served:
 
 BLOCK_SIZE_FIELDS = {flag: flag[2:].replace("-", "_") for flag in BLOCK_SIZE_FLAGS.values()}
 """sglang's block-size flags and their ServerArgs fields."""
+
+
+def _optional_arg(server_args: Any, name: str) -> Any:
+    """``read_arg``, or None for a stand-in that lacks the field (sglang's ServerArgs always has it)."""
+    try:
+        return read_arg(server_args, name)
+    except AttributeError:
+        return None
 
 
 def _flag_int(flag: str, value: Any) -> int:
