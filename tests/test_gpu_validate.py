@@ -198,7 +198,8 @@ telemetry, accept = None, None
 if algo is not None:
     trained = DsparkHarvest.explain(census(draft), environ={}).harvest
     if algo == "DSPARK_HARVEST":
-        s = served(SimpleNamespace(speculative_draft_model_path=draft))
+        s = served(SimpleNamespace(speculative_draft_model_path=draft, model_path=opt("--model-path"),
+                                   speculative_dflash_block_size=None, speculative_dspark_block_size=None))
         print(describe(s), flush=True)
         arm = s.resolution.harvest
         telemetry = AcceptTelemetry(s.geometry.gamma, arm, s.resolution.source,
