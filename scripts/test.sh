@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite, set-up included: bash scripts/test.sh
-#   1. creates/refreshes the three test environments (scripts/setup_envs.sh; first run: ~15 min, then seconds)
+#   1. creates/refreshes the three test environments side by side (scripts/setup_envs.sh; first run:
+#      ~10-15 min, then seconds)
 #   2. ruff, then pytest on everything that needs no sglang, in the sglang-free environment
-#   3. pytest tests/sglang against the REAL sglang 0.5.23 and 0.5.17
+#   3. pytest tests/sglang against the REAL sglang 0.5.23 and 0.5.17, including real served rounds:
+#      sglang's engine on CPU (tests/sglang/test_served.py, ~10-15 min per version on 2 cores)
 # Any failure, and any skipped test, fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
