@@ -183,6 +183,9 @@ def worker_after_create(result: Any, algorithm: Any, server_args: Any, *args: An
     name = getattr(algorithm, "name", None)
     if name not in ("DFLASH", "DSPARK"):
         return None  # not a builtin the plugin resolves to (e.g. the registered custom algorithm)
+    from . import contract
+
+    contract.require_worker_contract()  # the workers' entries, deferred from registration
     from .workers import worker_class_for
 
     harvest = DsparkHarvest.from_name(marker["harvest"])

@@ -113,8 +113,18 @@ class DsparkHarvestSpecAlgo(CustomSpecAlgo):
                     "scheduler; if you build ServerArgs yourself, call resolve_once() (0.5.23) or "
                     "publish them before asking for DFLASH/DSPARK-specific predicates."
                 )
-            self._harvest = served(server_args).resolution.harvest
+            self._resolve_arm(served(server_args).resolution.harvest)
+        assert self._harvest is not None
         return self._harvest
+
+    def _resolve_arm(self, harvest: DsparkHarvest) -> None:
+        """Fix the arm, and answer every mirrored predicate with the builtin member's own bound method
+        from now on: the same object sglang calls for DFLASH/DSPARK, so the same cost per call."""
+        self._harvest = harvest
+        member = builtin_member(harvest)
+        for name in (*ARM_INDEPENDENT, *ARM_DEPENDENT):
+            if hasattr(member, name):
+                setattr(self, name, getattr(member, name))
 
     def _member(self) -> SpeculativeAlgorithm:
         return builtin_member(self.harvest)
@@ -270,7 +280,7 @@ class DsparkHarvestSpecAlgo(CustomSpecAlgo):
                 f"{g.verify_window}; this sglang version is not supported (run `dspark-harvest doctor`).",
                 where="speculative_num_draft_tokens",
             )
-        self._harvest = g.harvest
+        self._resolve_arm(g.harvest)
         announce(s)
 
 

@@ -360,3 +360,17 @@ def test_every_override_keeps_its_parent_signature() -> None:
         checked.append(name)
     assert {"handle_server_args", "create_future_map", "is_dflash", "need_topk"} <= set(checked)
     assert ("resolve_max_speculative_num_draft_tokens" in checked) is IS_0523
+
+
+@pytest.mark.parametrize("harvest", list(DsparkHarvest), ids=lambda h: h.name())
+def test_resolved_predicates_are_the_builtins_own_methods(harvest: DsparkHarvest) -> None:
+    """Once the arm is known (fallback route), each mirrored predicate is the builtin member's own bound
+    method: the same call sglang makes for DFLASH/DSPARK, at the same cost."""
+    algo = DsparkHarvestSpecAlgo(NAME, lambda server_args: object, supports_overlap=True)
+    algo._resolve_arm(harvest)
+    member = builtin_member(harvest)
+    bound = [name for name in (*ARM_INDEPENDENT, *ARM_DEPENDENT) if hasattr(member, name)]
+    assert len(bound) >= 15
+    for name in bound:
+        assert getattr(algo, name) == getattr(member, name), name
+    assert algo.harvest is harvest
