@@ -38,7 +38,6 @@ from .resolution import (
     builtin_name,
     declare_args,
     read_arg,
-    served,
     unwrap_record,
 )
 
@@ -65,23 +64,13 @@ def wants_plugin(server_args: Any) -> bool:
 
 def rewrite_to_builtin(server_args: Any) -> Served | None:
     """Resolve ``DSPARK_HARVEST`` and declare the builtin it serves as; ``None`` for any other algorithm."""
-    from .spec_algo import (
-        check_width_flags,
-        override_steps_and_topk,
-        refuse_disaggregation,
-        refuse_uncapturable,
-        refuse_unservable,
-    )
+    from .spec_algo import override_steps_and_topk, served_or_refused
 
     record = unwrap_record(server_args)
     if not wants_plugin(record):
         return None
-    refuse_disaggregation(record)
-    s = served(record)
+    s = served_or_refused(record)
     g = s.geometry
-    check_width_flags(record, g, s.cfg.path)
-    refuse_uncapturable(record, s)
-    refuse_unservable(s)
     builtin = builtin_name(g.harvest)
     override_steps_and_topk(record, builtin)
     # The builtin reads the block size from the checkpoint itself (a block-size flag that contradicts

@@ -237,12 +237,8 @@ class DsparkHarvestSpecAlgo(CustomSpecAlgo):
             "where sglang's own checks and features keyed on DFLASH/DSPARK do not apply.",
             ALGORITHM,
         )
-        refuse_disaggregation(record)
-        s = served(record)
+        s = served_or_refused(record)
         g = s.geometry
-        check_width_flags(record, g, s.cfg.path)
-        refuse_uncapturable(record, s)
-        refuse_unservable(s)
         member = builtin_member(g.harvest)
         block_flag = (
             "speculative_dflash_block_size"
@@ -282,6 +278,18 @@ class DsparkHarvestSpecAlgo(CustomSpecAlgo):
             )
         self._resolve_arm(g.harvest)
         announce(s)
+
+
+def served_or_refused(record: Any) -> Served:
+    """The served resolution of these server args, after every refusal that is the plugin's own:
+    disaggregation, widths that contradict the checkpoint, uncapturable target layers, drafters the
+    arm cannot build (conflicting evidence and bad env values are refused by ``served`` itself)."""
+    refuse_disaggregation(record)
+    s = served(record)
+    check_width_flags(record, s.geometry, s.cfg.path)
+    refuse_uncapturable(record, s)
+    refuse_unservable(s)
+    return s
 
 
 def override_steps_and_topk(record: Any, builtin: str) -> None:
@@ -396,6 +404,7 @@ __all__ = [
     "builtin_member",
     "refuse_disaggregation",
     "override_steps_and_topk",
+    "served_or_refused",
     "refuse_uncapturable",
     "refuse_unservable",
     "check_width_flags",
