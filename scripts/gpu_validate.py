@@ -190,6 +190,17 @@ def wait_ready(base: str, proc: subprocess.Popen, timeout: float) -> None:
     raise RuntimeError(f"server not ready after {timeout:.0f} s")
 
 
+def stop_server(proc: subprocess.Popen) -> None:
+    """SIGTERM the server's process group, SIGKILL it after 60 s."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def parse_log(text: str, result: RunResult) -> None:
     """Accept lengths, summaries, alarms and the resolved harvest from a server log."""
     lengths: list[int] = []
@@ -246,13 +257,7 @@ def execute(args: argparse.Namespace, run: RunSpec, prompts: list[str]) -> RunRe
         except Exception as err:  # noqa: BLE001 - one failed configuration is reported, not fatal
             result.error = f"{type(err).__name__}: {err} (log: {log_path})"
         finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+            stop_server(proc)
     parse_log(log_path.read_text(encoding="utf-8", errors="replace"), result)
     return result
 
@@ -415,13 +420,7 @@ def serve_outcome(
                 outcome.concurrent_outputs = [o["output_ids"] for o in outs]
                 outcome.concurrent_metas = [o["meta_info"] for o in outs]
         finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+            stop_server(proc)
     outcome.log = log_path.read_text(encoding="utf-8", errors="replace")
     return outcome
 

@@ -333,6 +333,17 @@ def block_batch(seqs: torch.Tensor, first_anchor: int, b: int, n_anchors: int, s
     return ids.view(n, -1), pos.view(n, -1), labels.view(n, -1), valid.view(n, -1), mask
 
 
+def draft_step(opt: torch.optim.Optimizer, draft: Any, loss: torch.Tensor, lr: float) -> float:
+    """One optimiser step of a drafter at learning rate ``lr`` (clipped at norm 1); the loss value."""
+    for g in opt.param_groups:
+        g["lr"] = lr
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
+    opt.step()
+    return float(loss.detach())
+
+
 def train_drafter(
     args: argparse.Namespace, strategy: str, cfg: dict[str, Any], target: Any, seqs: torch.Tensor,
     feats: torch.Tensor, gen: torch.Generator, bar: bool,
@@ -363,13 +374,7 @@ def train_drafter(
         ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none")
         w = row_w.repeat(ids.shape[1] // b)[None].expand_as(valid) * valid
         loss = (ce * w.reshape(-1)).sum() / w.sum().clamp(min=1e-6)
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, args.draft_steps, args.draft_lr)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
-        opt.step()
-        losses.append(float(loss.detach()))
+        losses.append(draft_step(opt, draft, loss, lr_at(step, args.draft_steps, args.draft_lr)))
     return draft.eval(), losses
 
 
@@ -472,13 +477,7 @@ def train_markov_drafter(
         confidence = draft.confidence_head(hidden, draft.markov_head.get_prev_embeddings(prev.reshape(n, -1)))
         w = row_w.repeat(ids.shape[1] // b)[None].expand_as(valid) * valid
         loss, part = dspark_loss(logits, labels, teacher, confidence, w)
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, args.draft_steps, args.draft_lr)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
-        opt.step()
-        losses.append(float(loss.detach()))
+        losses.append(draft_step(opt, draft, loss, lr_at(step, args.draft_steps, args.draft_lr)))
         parts.append(part)
     return draft.eval(), losses, parts
 
