@@ -81,14 +81,20 @@ def main(argv: list[str] | None = None) -> int:
         args.save.write_text(json.dumps(report, indent=2) + "\n")
 
     width = max([len("drafter"), *(len(r["drafter"]) for r in report["runs"])])
-    print(f"{'drafter':{width}} {'strategy':8} {'harvest':8} {'matched':8} {'accept':>7} {'tok/s':>8} "
-          f"{'exact':>6}  probe")
+    print(
+        f"{'drafter':{width}} {'strategy':8} {'harvest':8} {'matched':8} {'accept':>7} {'tok/s':>8} "
+        f"{'exact':>6}  probe"
+    )
     for r in report["runs"]:
-        print(f"{r['drafter']:{width}} {r['drafter_strategy'] or '?':8} {r['harvest']:8} "
-              f"{str(r['matched']):8} {r['accept_length']:7.2f} {r['tokens_per_s']:8.1f} "
-              f"{str(r['exact_match']):>6}  {r['probe_verdict']}")
-    print(f"autoregressive tokens/s: {report['ar_tokens_per_s']:.1f}"
-          + (f"   (check wall time {wall:.1f} s)" if wall is not None else ""))
+        print(
+            f"{r['drafter']:{width}} {r['drafter_strategy'] or '?':8} {r['harvest']:8} "
+            f"{str(r['matched']):8} {r['accept_length']:7.2f} {r['tokens_per_s']:8.1f} "
+            f"{str(r['exact_match']):>6}  {r['probe_verdict']}"
+        )
+    print(
+        f"autoregressive tokens/s: {report['ar_tokens_per_s']:.1f}"
+        + (f"   (check wall time {wall:.1f} s)" if wall is not None else "")
+    )
     print()
     results = grade(report)
     for t in results:

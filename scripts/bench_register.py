@@ -67,7 +67,9 @@ def sample(python: str, plugins: str, full: bool) -> dict:
 def sglang_version(python: str) -> str:
     out = subprocess.run(
         [python, "-c", "from importlib.metadata import version; print(version('sglang'))"],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     return out.stdout.strip() or "?"
 
@@ -95,8 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--python", action="append", default=None,
-                        help="interpreter of an sglang environment (repeatable; default: this one)")
+    parser.add_argument(
+        "--python",
+        action="append",
+        default=None,
+        help="interpreter of an sglang environment (repeatable; default: this one)",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="fresh interpreters per cell; median shown")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
@@ -104,15 +110,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
-    print(f"startup added by the plugin: load_plugins() time, median of {args.repeats} fresh interpreters "
-          f"(load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs)")
+    print(
+        f"startup added by the plugin: load_plugins() time, median of {args.repeats} fresh interpreters "
+        f"(load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs)"
+    )
     print(f"  {'sglang':<8}{'imports':>10}{'without':>10}{'with':>10}{'added':>10}  registered  full check")
     for r in results:
         full = r["full_contract_check"]
         full_text = "n/a" if not full else f"{full['seconds']:.2f} s ({'ok' if full['ok'] else 'FAILED'})"
         registered = "yes" if r["registered"] else "NO"
-        print(f"  {r['sglang']:<8}{r['import_s']:>9.2f}s{r['load_plugins_without_s']:>9.2f}s"
-              f"{r['load_plugins_with_s']:>9.2f}s{r['added_s']:>9.2f}s  {registered:<10}  {full_text}")
+        print(
+            f"  {r['sglang']:<8}{r['import_s']:>9.2f}s{r['load_plugins_without_s']:>9.2f}s"
+            f"{r['load_plugins_with_s']:>9.2f}s{r['added_s']:>9.2f}s  {registered:<10}  {full_text}"
+        )
     worst = max(r["added_s"] for r in results)
     verdict = "MET" if worst <= TARGET_ADDED_S else "MISSED"
     print(f"target: <= {TARGET_ADDED_S:.0f} s added per process: worst {worst:.2f} s -> {verdict}")

@@ -72,7 +72,9 @@ def demo(gamma: int, rounds: int, batch: int) -> int:
         env.setdefault(var, value)
     settings = TelemetrySettings.from_env(env)
     logging.basicConfig(
-        level=logging.INFO, stream=sys.stdout, datefmt="%Y-%m-%d %H:%M:%S",
+        level=logging.INFO,
+        stream=sys.stdout,
+        datefmt="%Y-%m-%d %H:%M:%S",
         format="[%(asctime)s] %(levelname)s %(message)s",
     )
     evidence = (Signal("config.json:architectures[0]", "DSparkDraftModel", TIER_STRUCTURAL, "dspark"),)
@@ -153,8 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rounds", type=int, default=20000, help="rounds per measurement (default 20000)")
-    parser.add_argument("--gamma", type=int, default=None,
-                        help="drafts per round (default 16: dspark, b=16; 4 with --demo)")
+    parser.add_argument(
+        "--gamma", type=int, default=None, help="drafts per round (default 16: dspark, b=16; 4 with --demo)"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="measurements per cell; the median is shown")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--demo", action="store_true", help="print sample log lines, alarm and metrics")
@@ -193,33 +196,48 @@ def main(argv: list[str] | None = None) -> int:
         str(bs): "MET" if results["file"][str(bs)] <= target else "MISSED" for bs, target in TARGETS.items()
     }
     if args.json:
-        print(json.dumps({
-            "us_per_round": results,
-            "wall_us_per_round": wall,
-            "log_bytes_per_round": log_bytes,
-            "gamma": args.gamma,
-            "targets_us": {str(bs): t for bs, t in TARGETS.items()},
-            "target": "MET" if all(v == "MET" for v in verdicts.values()) else "MISSED",
-            "targets": verdicts,
-            "python": sys.version.split()[0],
-        }, indent=2))
+        print(
+            json.dumps(
+                {
+                    "us_per_round": results,
+                    "wall_us_per_round": wall,
+                    "log_bytes_per_round": log_bytes,
+                    "gamma": args.gamma,
+                    "targets_us": {str(bs): t for bs, t in TARGETS.items()},
+                    "target": "MET" if all(v == "MET" for v in verdicts.values()) else "MISSED",
+                    "targets": verdicts,
+                    "python": sys.version.split()[0],
+                },
+                indent=2,
+            )
+        )
         return 0
-    print(f"accept telemetry, microseconds per round (median of {args.repeats}; gamma={args.gamma}; "
-          f"python {sys.version.split()[0]}; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs)")
-    print(f"  file: the per-round INFO line (the default) through a FileHandler, formatter {SGLANG_FORMAT!r};"
-          " null-handler: the same through logging.NullHandler; logger-warning: the accept logger at "
-          "WARNING (no per-round line)")
-    for title, table in (("CPU time (the cost to the scheduler thread)", results),
-                         ("wall time (includes waiting for a CPU on a busy machine)", wall)):
+    print(
+        f"accept telemetry, microseconds per round (median of {args.repeats}; gamma={args.gamma}; "
+        f"python {sys.version.split()[0]}; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs)"
+    )
+    print(
+        f"  file: the per-round INFO line (the default) through a FileHandler, formatter {SGLANG_FORMAT!r};"
+        " null-handler: the same through logging.NullHandler; logger-warning: the accept logger at "
+        "WARNING (no per-round line)"
+    )
+    for title, table in (
+        ("CPU time (the cost to the scheduler thread)", results),
+        ("wall time (includes waiting for a CPU on a busy machine)", wall),
+    ):
         print(title)
         print(f"  {'configuration':<18}" + "".join(f"{'batch ' + str(bs):>12}" for bs in BATCH_SIZES))
         for name, row in table.items():
             print(f"  {name:<18}" + "".join(f"{row[str(bs)]:>12.2f}" for bs in BATCH_SIZES))
-    print("log written per round (file): "
-          + ", ".join(f"batch {bs}: {log_bytes[str(bs)]:.0f} bytes" for bs in BATCH_SIZES))
+    print(
+        "log written per round (file): "
+        + ", ".join(f"batch {bs}: {log_bytes[str(bs)]:.0f} bytes" for bs in BATCH_SIZES)
+    )
     for bs, target in TARGETS.items():
-        print(f"target: <= {target:.0f} us per round at batch {bs} (file handler, CPU time): "
-              f"{results['file'][str(bs)]:.2f} us -> {verdicts[str(bs)]}")
+        print(
+            f"target: <= {target:.0f} us per round at batch {bs} (file handler, CPU time): "
+            f"{results['file'][str(bs)]:.2f} us -> {verdicts[str(bs)]}"
+        )
     return 0
 
 

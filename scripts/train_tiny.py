@@ -66,28 +66,49 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prompt-len", type=int, default=32)
     p.add_argument("--gen-len", type=int, default=96)
     p.add_argument("--block-size", type=int, default=8)
-    p.add_argument("--target-layer-ids", type=str, default="",
-                   help="comma list; default 1, layers//2, layers-2 (sglang cannot capture the last layer)")
+    p.add_argument(
+        "--target-layer-ids",
+        type=str,
+        default="",
+        help="comma list; default 1, layers//2, layers-2 (sglang cannot capture the last layer)",
+    )
     p.add_argument("--draft-steps", type=int, default=1800)
     p.add_argument("--draft-batch", type=int, default=16)
     p.add_argument("--anchors", type=int, default=16, help="blocks per sequence per step")
     p.add_argument("--draft-lr", type=float, default=2e-3)
     p.add_argument("--loss-decay", type=float, default=4.0, help="weight exp(-(j-1)/gamma) of draft j")
-    p.add_argument("--drafters", type=str, default=",".join(DRAFTERS),
-                   help=f"comma list of drafters to train (default: all of {', '.join(DRAFTERS)}); the "
-                   "random draws of the others are replayed, so each equals the one of a full run")
-    p.add_argument("--markov-block-size", type=int, default=7,
-                   help="block size of drafter-dspark-markov (SpecForge's DSpark configs use 7)")
-    p.add_argument("--markov-rank", type=int, default=4,
-                   help="rank of its vanilla Markov head (4: for a 1536-token vocabulary a bigram head "
-                   "weak enough that the wrong harvest still collapses, as with real checkpoints; at "
-                   "rank 32 the wrong harvest kept 2.94 vs 4.17)")
-    p.add_argument("--markov-loss-decay", type=float, default=4.0,
-                   help="its weight exp(-k/gamma) of row k (SpecForge's DSpark recipes: gamma 4)")
+    p.add_argument(
+        "--drafters",
+        type=str,
+        default=",".join(DRAFTERS),
+        help=f"comma list of drafters to train (default: all of {', '.join(DRAFTERS)}); the "
+        "random draws of the others are replayed, so each equals the one of a full run",
+    )
+    p.add_argument(
+        "--markov-block-size",
+        type=int,
+        default=7,
+        help="block size of drafter-dspark-markov (SpecForge's DSpark configs use 7)",
+    )
+    p.add_argument(
+        "--markov-rank",
+        type=int,
+        default=4,
+        help="rank of its vanilla Markov head (4: for a 1536-token vocabulary a bigram head "
+        "weak enough that the wrong harvest still collapses, as with real checkpoints; at "
+        "rank 32 the wrong harvest kept 2.94 vs 4.17)",
+    )
+    p.add_argument(
+        "--markov-loss-decay",
+        type=float,
+        default=4.0,
+        help="its weight exp(-k/gamma) of row k (SpecForge's DSpark recipes: gamma 4)",
+    )
     p.add_argument("--n-prompts", type=int, default=8)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument(
-        "--reuse-target", action="store_true",
+        "--reuse-target",
+        action="store_true",
         help="load the target and tokenizer already in --out instead of training them; the random "
         "draws of steps b-c are replayed, so the drafters equal those of a full run",
     )
@@ -137,10 +158,16 @@ def train_tokenizer(texts: list[str], vocab: int, out: Path) -> Any:
     from transformers import PreTrainedTokenizerFast
 
     bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(texts, vocab_size=vocab, min_frequency=2, special_tokens=[EOS, MASK],
-                            show_progress=False)
-    tok = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, eos_token=EOS, bos_token=EOS,
-                                  pad_token=EOS, additional_special_tokens=[MASK])
+    bpe.train_from_iterator(
+        texts, vocab_size=vocab, min_frequency=2, special_tokens=[EOS, MASK], show_progress=False
+    )
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=bpe._tokenizer,
+        eos_token=EOS,
+        bos_token=EOS,
+        pad_token=EOS,
+        additional_special_tokens=[MASK],
+    )
     tok.save_pretrained(str(out))
     return tok
 
@@ -159,11 +186,20 @@ def target_config(args: argparse.Namespace, vocab: int, eos: int) -> Any:
     from transformers import Qwen3Config
 
     return Qwen3Config(
-        vocab_size=vocab, hidden_size=args.hidden, intermediate_size=args.intermediate,
-        num_hidden_layers=args.layers, num_attention_heads=args.heads,
-        num_key_value_heads=args.kv_heads, head_dim=args.hidden // args.heads,
-        max_position_embeddings=1024, rms_norm_eps=1e-6, tie_word_embeddings=True,
-        bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, use_cache=True,
+        vocab_size=vocab,
+        hidden_size=args.hidden,
+        intermediate_size=args.intermediate,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        num_key_value_heads=args.kv_heads,
+        head_dim=args.hidden // args.heads,
+        max_position_embeddings=1024,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        bos_token_id=eos,
+        eos_token_id=eos,
+        pad_token_id=eos,
+        use_cache=True,
     )
 
 
@@ -174,8 +210,9 @@ def lr_at(step: int, total: int, peak: float) -> float:
     return peak * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, total - warm)))
 
 
-def train_target(args: argparse.Namespace, stream: torch.Tensor, cfg: Any, gen: torch.Generator,
-                 bar: bool) -> tuple[Any, list[float]]:
+def train_target(
+    args: argparse.Namespace, stream: torch.Tensor, cfg: Any, gen: torch.Generator, bar: bool
+) -> tuple[Any, list[float]]:
     from transformers import Qwen3ForCausalLM
 
     torch.manual_seed(args.seed)
@@ -265,8 +302,9 @@ def target_last_hidden(target: Any, seqs: torch.Tensor, batch: int) -> torch.Ten
 
 
 # ---------------------------------------------------------------- e. drafters
-def drafter_config(args: argparse.Namespace, tcfg: Any, mask_id: int, layer_ids: list[int],
-                   strategy: str) -> dict[str, Any]:
+def drafter_config(
+    args: argparse.Namespace, tcfg: Any, mask_id: int, layer_ids: list[int], strategy: str
+) -> dict[str, Any]:
     dflash_config: dict[str, Any] = {"mask_token_id": mask_id, "target_layer_ids": layer_ids}
     if strategy == "dspark":
         # What SpecForge's DSparkDraftModel constructor forces; markov_rank 0 = no Markov head.
@@ -300,8 +338,15 @@ def drafter_config(args: argparse.Namespace, tcfg: Any, mask_id: int, layer_ids:
     }
 
 
-def block_batch(seqs: torch.Tensor, first_anchor: int, b: int, n_anchors: int, strategy: str,
-                mask_id: int, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
+def block_batch(
+    seqs: torch.Tensor,
+    first_anchor: int,
+    b: int,
+    n_anchors: int,
+    strategy: str,
+    mask_id: int,
+    gen: torch.Generator,
+) -> tuple[torch.Tensor, ...]:
     """Sample anchors per sequence; return block ids, positions, labels, loss weights and the mask.
 
     Block j (anchor a_j) sees context positions < a_j (its own anchor's features do not exist at
@@ -345,8 +390,14 @@ def draft_step(opt: torch.optim.Optimizer, draft: Any, loss: torch.Tensor, lr: f
 
 
 def train_drafter(
-    args: argparse.Namespace, strategy: str, cfg: dict[str, Any], target: Any, seqs: torch.Tensor,
-    feats: torch.Tensor, gen: torch.Generator, bar: bool,
+    args: argparse.Namespace,
+    strategy: str,
+    cfg: dict[str, Any],
+    target: Any,
+    seqs: torch.Tensor,
+    feats: torch.Tensor,
+    gen: torch.Generator,
+    bar: bool,
 ) -> tuple[Any, list[float]]:
     from sglang_dspark_plugin.engine.drafter import new_draft_model
 
@@ -422,8 +473,13 @@ def markov_logits(head: Any, base: torch.Tensor, hidden: torch.Tensor, prev: tor
     return torch.stack(rows, dim=1).reshape(base.shape)
 
 
-def dspark_loss(logits: torch.Tensor, labels: torch.Tensor, teacher: torch.Tensor, confidence: torch.Tensor,
-                weights: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+def dspark_loss(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    teacher: torch.Tensor,
+    confidence: torch.Tensor,
+    weights: torch.Tensor,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """SpecForge's ``OnlineDSparkModel`` objective, token-pooled over the weighted rows.
 
     CE against the labels; L1 between the draft's and the target's next-token distributions; BCE of
@@ -442,8 +498,14 @@ def dspark_loss(logits: torch.Tensor, labels: torch.Tensor, teacher: torch.Tenso
 
 
 def train_markov_drafter(
-    args: argparse.Namespace, cfg: dict[str, Any], target: Any, seqs: torch.Tensor, feats: torch.Tensor,
-    last_hidden: torch.Tensor, gen: torch.Generator, bar: bool,
+    args: argparse.Namespace,
+    cfg: dict[str, Any],
+    target: Any,
+    seqs: torch.Tensor,
+    feats: torch.Tensor,
+    last_hidden: torch.Tensor,
+    gen: torch.Generator,
+    bar: bool,
 ) -> tuple[Any, list[float], list[dict[str, float]]]:
     """The DSpark (shifted) drafter with a Markov and a confidence head, SpecForge's objective."""
     from sglang_dspark_plugin.engine.drafter import new_draft_model
@@ -537,9 +599,15 @@ def main(argv: list[str] | None = None) -> int:
         target.half().save_pretrained(str(out / "target"))
         target.float()
         target_report = {
-            "layers": args.layers, "hidden": args.hidden, "heads": args.heads, "kv_heads": args.kv_heads,
-            "intermediate": args.intermediate, "seq": args.seq, "steps": args.target_steps,
-            "batch": args.target_batch, "loss_first": target_losses[0],
+            "layers": args.layers,
+            "hidden": args.hidden,
+            "heads": args.heads,
+            "kv_heads": args.kv_heads,
+            "intermediate": args.intermediate,
+            "seq": args.seq,
+            "steps": args.target_steps,
+            "batch": args.target_batch,
+            "loss_first": target_losses[0],
             "loss_last_50": sum(target_losses[-50:]) / len(target_losses[-50:]),
             "parameters": sum(p.numel() for p in target.parameters()),
         }
@@ -613,9 +681,16 @@ def main(argv: list[str] | None = None) -> int:
         "wall_time_s": {k: round(v, 1) for k, v in timings.items()},
     }
     (out / "training_report.json").write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps({"out": str(out), "wall_time_s": report["wall_time_s"],
-                      "target_loss": report["target"]["loss_last_50"],
-                      "drafter_loss": {k: v["loss_last_50"] for k, v in report_drafters.items()}}))
+    print(
+        json.dumps(
+            {
+                "out": str(out),
+                "wall_time_s": report["wall_time_s"],
+                "target_loss": report["target"]["loss_last_50"],
+                "drafter_loss": {k: v["loss_last_50"] for k, v in report_drafters.items()},
+            }
+        )
+    )
     return 0
 
 

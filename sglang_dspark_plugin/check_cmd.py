@@ -88,7 +88,6 @@ TOKENIZER_FILES = (
 )
 
 
-
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``check`` on the ``dspark-harvest`` subparsers."""
     parser = subparsers.add_parser(

@@ -150,11 +150,17 @@ class TelemetrySettings:
 
     def __post_init__(self) -> None:
         checks = (
-            ("accept_log_level", self.accept_log_level is None or 1 <= self.accept_log_level <= 50,
-             "a logging level 1..50 or None (OFF)"),
+            (
+                "accept_log_level",
+                self.accept_log_level is None or 1 <= self.accept_log_level <= 50,
+                "a logging level 1..50 or None (OFF)",
+            ),
             ("summary_every", self.summary_every >= 0, "an integer >= 0 (0 = no summary)"),
-            ("alarm_threshold", math.isfinite(self.alarm_threshold) and self.alarm_threshold >= 0,
-             "a number >= 0 (0 = no alarm)"),
+            (
+                "alarm_threshold",
+                math.isfinite(self.alarm_threshold) and self.alarm_threshold >= 0,
+                "a number >= 0 (0 = no alarm)",
+            ),
             ("alarm_warmup", self.alarm_warmup >= 0, "an integer >= 0"),
             ("alarm_window", self.alarm_window >= 1, "an integer >= 1"),
             ("record_capacity", self.record_capacity >= 1, "an integer >= 1"),
@@ -549,7 +555,13 @@ class AcceptTelemetry:
                 "speculative_num_draft_tokens must be gamma+1=%d. This round and any like it are left "
                 "out of the accept-length statistics (reported once; count in summary 'invalid_rounds'). "
                 "Check --speculative-num-draft-tokens and the drafter's block_size.%s",
-                index, bad, self.gamma, self.harvest, self.source, self.gamma + 1, self._dp_tag,
+                index,
+                bad,
+                self.gamma,
+                self.harvest,
+                self.source,
+                self.gamma + 1,
+                self._dp_tag,
             )
         lengths = [n + 1 if isinstance(n, int) else -1 for n in counts]
         record = RoundRecord(index, len(counts), lengths, math.nan, valid=False)
@@ -699,7 +711,8 @@ class AcceptTelemetry:
         """One startup line: the harvest, gamma and the telemetry settings."""
         s = self.settings
         alarm = (
-            "off" if not self._alarm_on
+            "off"
+            if not self._alarm_on
             else f"mean<{self.alarm_threshold:.2f} over {s.alarm_window} rounds after {s.alarm_warmup}"
         )
         return (
@@ -852,8 +865,12 @@ class PrometheusMetrics:
         self._c_invalid.inc(telemetry.invalid_rounds - invalid)
         self._synced_at = self._clock()
         self._pushed = (
-            telemetry.rounds, telemetry.request_rounds, telemetry.accepted_drafts,
-            now_positions, now_alarms, telemetry.invalid_rounds,
+            telemetry.rounds,
+            telemetry.request_rounds,
+            telemetry.accepted_drafts,
+            now_positions,
+            now_alarms,
+            telemetry.invalid_rounds,
         )
 
 

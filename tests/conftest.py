@@ -23,7 +23,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = 1
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ANN001
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     if _skipped:
         terminalreporter.write_line(
             f"FAILED: {len(_skipped)} test(s) skipped; this suite treats a skip as a failure "

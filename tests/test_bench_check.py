@@ -20,8 +20,14 @@ def _bench():
 
 def _run(strategy: str, harvest: str, accept: float, tps: float, exact: bool = True) -> dict:
     return {
-        "drafter": strategy, "drafter_strategy": strategy, "harvest": harvest, "matched": strategy == harvest,
-        "accept_length": accept, "per_position": [], "exact_match": exact, "tokens_per_s": tps,
+        "drafter": strategy,
+        "drafter_strategy": strategy,
+        "harvest": harvest,
+        "matched": strategy == harvest,
+        "accept_length": accept,
+        "per_position": [],
+        "exact_match": exact,
+        "tokens_per_s": tps,
         "probe_verdict": "aligned",
     }
 

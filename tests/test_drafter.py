@@ -114,10 +114,17 @@ def _reference_forward(state: dict[str, torch.Tensor], noise, target_hidden, pos
 def test_parameter_names_are_the_zlab_specforge_names():
     model = new_draft_model(_config(), seed=0)
     layer = {
-        "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-        "self_attn.o_proj.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight",
-        "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
-        "input_layernorm.weight", "post_attention_layernorm.weight",
+        "self_attn.q_proj.weight",
+        "self_attn.k_proj.weight",
+        "self_attn.v_proj.weight",
+        "self_attn.o_proj.weight",
+        "self_attn.q_norm.weight",
+        "self_attn.k_norm.weight",
+        "mlp.gate_proj.weight",
+        "mlp.up_proj.weight",
+        "mlp.down_proj.weight",
+        "input_layernorm.weight",
+        "post_attention_layernorm.weight",
     }
     expected = {f"layers.0.{n}" for n in layer} | {"fc.weight", "hidden_norm.weight", "norm.weight"}
     assert set(model.state_dict()) == expected
@@ -234,8 +241,10 @@ def test_legacy_logit_head_prefix_is_normalised(tmp_path):
     state["logit_head.markov_head.markov_w2.weight"] = torch.full((256, 8), 3.0)
     loaded = load_drafter(_write(tmp_path / "legacy", cfg, state))
     assert set(loaded.state_dict()) == set(model.state_dict()) | {
-        "confidence_head.proj.weight", "confidence_head.proj.bias",
-        "markov_head.markov_w1.weight", "markov_head.markov_w2.weight",
+        "confidence_head.proj.weight",
+        "confidence_head.proj.bias",
+        "markov_head.markov_w1.weight",
+        "markov_head.markov_w2.weight",
     }
     assert float(loaded.markov_head.markov_w2.weight[0, 0].detach()) == 3.0
     assert loaded.describe()["markov_head"] == {"type": "vanilla", "rank": 8}

@@ -81,22 +81,22 @@ class ScriptedDrafter(DFlashDraftModel):
     ``script(p, k)``, so a test knows which token every row drafts.
     """
 
-    def __init__(self, lm_head: torch.Tensor, script, block_size: int = B) -> None:  # noqa: ANN001
+    def __init__(self, lm_head: torch.Tensor, script, block_size: int = B) -> None:
         super().__init__(new_draft_model(drafter_config(block_size)).config)
         self.lm_head_rows, self.script = lm_head, script
 
-    def forward(self, noise_embedding, target_hidden, position_ids, cache=None):  # noqa: ANN001
+    def forward(self, noise_embedding, target_hidden, position_ids, cache=None):
         super().forward(noise_embedding, target_hidden, position_ids, cache)
         p = int(position_ids[0, target_hidden.shape[1]])
         rows = [self.script(p, k) for k in range(noise_embedding.shape[1])]
         return self.lm_head_rows[rows].unsqueeze(0)
 
 
-def greedy(target, prompt, n) -> list[int]:  # noqa: ANN001
+def greedy(target, prompt, n) -> list[int]:
     return autoregressive_generate(target, prompt, n).tokens
 
 
-def oracle(seq: list[int], shift: int, corrupt_every: int = 0):  # noqa: ANN201
+def oracle(seq: list[int], shift: int, corrupt_every: int = 0):
     """Row k of the block at p drafts seq[p + k + shift]; every corrupt_every-th row is wrong."""
 
     def script(p: int, k: int) -> int:
@@ -117,7 +117,7 @@ def target() -> Qwen3ForCausalLM:
 # -- the autoregressive oracle -------------------------------------------------------------------
 
 
-def test_autoregressive_matches_transformers_generate(target) -> None:  # noqa: ANN001
+def test_autoregressive_matches_transformers_generate(target) -> None:
     for prompt in PROMPTS[:2]:
         ids = torch.tensor([prompt])
         ref = target.generate(
@@ -129,7 +129,7 @@ def test_autoregressive_matches_transformers_generate(target) -> None:  # noqa: 
 # -- one round, by hand --------------------------------------------------------------------------
 
 
-def _one_round(target, harvest, script):  # noqa: ANN001, ANN202
+def _one_round(target, harvest, script):
     prompt = PROMPTS[0]
     drafter = ScriptedDrafter(target.lm_head.weight.detach(), script)
     state = prefill(target, drafter, prompt)
@@ -137,7 +137,7 @@ def _one_round(target, harvest, script):  # noqa: ANN001, ANN202
     return prompt, state, result
 
 
-def test_round_by_hand_dspark_rows_under_both_harvests(target) -> None:  # noqa: ANN001
+def test_round_by_hand_dspark_rows_under_both_harvests(target) -> None:
     prompt = PROMPTS[0]
     seq = prompt + greedy(target, prompt, 8)
     p = len(prompt)  # the first anchor: the target's first greedy token, at position len(prompt)
@@ -160,7 +160,7 @@ def test_round_by_hand_dspark_rows_under_both_harvests(target) -> None:  # noqa:
     assert state.tokens == seq[: p + 2]
 
 
-def test_round_by_hand_rejection_commits_the_target_token(target) -> None:  # noqa: ANN001
+def test_round_by_hand_rejection_commits_the_target_token(target) -> None:
     prompt = PROMPTS[0]
     seq = prompt + greedy(target, prompt, 8)
     p, g = len(prompt), seq[len(prompt) :]
@@ -179,7 +179,7 @@ def test_round_by_hand_rejection_commits_the_target_token(target) -> None:  # no
     assert state.draft_cache.length == p
 
 
-def test_round_runs_one_target_forward_and_one_drafter_forward(target) -> None:  # noqa: ANN001
+def test_round_runs_one_target_forward_and_one_drafter_forward(target) -> None:
     drafter = new_draft_model(drafter_config(), seed=1).eval()
     state = prefill(target, drafter, PROMPTS[0])
     calls = {"target": 0, "drafter": 0}
@@ -198,7 +198,7 @@ def test_round_runs_one_target_forward_and_one_drafter_forward(target) -> None: 
 # -- lossless ------------------------------------------------------------------------------------
 
 
-def _drafters(target, seq):  # noqa: ANN001, ANN202
+def _drafters(target, seq):
     rows = target.lm_head.weight.detach()
     yield "random-1", new_draft_model(drafter_config(), seed=1).eval()
     yield "random-2", new_draft_model(drafter_config(5, (0, 3)), seed=2).eval()
@@ -207,7 +207,7 @@ def _drafters(target, seq):  # noqa: ANN001, ANN202
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
-def test_lossless_for_every_drafter_and_harvest(target, prompt) -> None:  # noqa: ANN001
+def test_lossless_for_every_drafter_and_harvest(target, prompt) -> None:
     n = 20
     ref = greedy(target, prompt, n)
     accepted_any = 0
@@ -220,7 +220,7 @@ def test_lossless_for_every_drafter_and_harvest(target, prompt) -> None:  # noqa
     assert accepted_any > 0  # the oracles make multi-token rounds happen, so cropping is exercised
 
 
-def test_caches_stay_consistent_and_drafts_match_a_from_scratch_draft(target) -> None:  # noqa: ANN001
+def test_caches_stay_consistent_and_drafts_match_a_from_scratch_draft(target) -> None:
     drafter = new_draft_model(drafter_config(), seed=3).eval()
     prompt = PROMPTS[2]
     seq = prompt + greedy(target, prompt, 24)
@@ -252,7 +252,7 @@ def test_caches_stay_consistent_and_drafts_match_a_from_scratch_draft(target) ->
     torch.testing.assert_close(incremental, scratch, rtol=1e-4, atol=1e-4)
 
 
-def test_telemetry_records_each_round(target) -> None:  # noqa: ANN001
+def test_telemetry_records_each_round(target) -> None:
     prompt = PROMPTS[0]
     seq = prompt + greedy(target, prompt, 30)
     drafter = ScriptedDrafter(target.lm_head.weight.detach(), oracle(seq, 1, corrupt_every=4))
@@ -272,7 +272,7 @@ def test_telemetry_records_each_round(target) -> None:  # noqa: ANN001
     assert gen.sglang_meta_accept_length <= sum(gen.accept_lengths) / len(gen.rounds) + 1 / len(gen.rounds)
 
 
-def test_max_new_tokens_is_validated(target) -> None:  # noqa: ANN001
+def test_max_new_tokens_is_validated(target) -> None:
     with pytest.raises(InvalidCheckpointError, match="max_new_tokens"):
         autoregressive_generate(target, PROMPTS[0], 0)
 
@@ -292,7 +292,7 @@ def test_rejection_sampling_keeps_the_target_distribution() -> None:
     torch.testing.assert_close(counts / n, p[0], atol=0.02, rtol=0)  # 4 standard deviations
 
 
-def test_sampled_generation_runs_and_is_seeded(target) -> None:  # noqa: ANN001
+def test_sampled_generation_runs_and_is_seeded(target) -> None:
     drafter = new_draft_model(drafter_config(), seed=1).eval()
 
     def run() -> list[int]:
@@ -349,7 +349,7 @@ def test_probe_is_inconclusive_without_evidence() -> None:
     assert verdict(ProbeCounts(own=10, late=30, compared_own=40, compared_late=40)).verdict == LATE
 
 
-def test_probe_names_the_engine_misalignment(target) -> None:  # noqa: ANN001
+def test_probe_names_the_engine_misalignment(target) -> None:
     prompt = PROMPTS[2]
     seq = prompt + greedy(target, prompt, 40)
     rows = target.lm_head.weight.detach()
@@ -370,7 +370,7 @@ def test_probe_names_the_engine_misalignment(target) -> None:  # noqa: ANN001
 
 
 @pytest.fixture(scope="module")
-def embedded():  # noqa: ANN201
+def embedded():
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from sglang_dspark_plugin.embedded import EMBEDDED
@@ -382,7 +382,7 @@ def embedded():  # noqa: ANN201
     return target, prompts, {name: load_drafter(p) for name, p in EMBEDDED.drafters.items()}
 
 
-def test_lossless_with_the_trained_drafters_and_the_postmortem_in_miniature(embedded) -> None:  # noqa: ANN001
+def test_lossless_with_the_trained_drafters_and_the_postmortem_in_miniature(embedded) -> None:
     target, prompts, drafters = embedded
     accepted: dict[tuple[str, str], list[int]] = {}
     probes: dict[tuple[str, str], ProbeCounts] = {}

@@ -39,8 +39,14 @@ def tiny_target(seed: int = 0, vocab: int = V, layers: int = 4) -> Qwen3ForCausa
     """A random Qwen3 whose lm_head rows are orthogonal, so a scripted row can aim at any token."""
     torch.manual_seed(seed)
     cfg = Qwen3Config(
-        vocab_size=vocab, hidden_size=H, intermediate_size=128, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+        vocab_size=vocab,
+        hidden_size=H,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=256,
         tie_word_embeddings=False,
     )
     model = Qwen3ForCausalLM(cfg).eval()
@@ -99,12 +105,12 @@ class ScriptedMarkovDrafter(DFlashDraftModel):
     """A Markov drafter whose base rows are replaced by a script (row k of the block at p aims at
     ``script(p, k)`` with logit margin 16); its Markov head then biases those rows as usual."""
 
-    def __init__(self, head_type: str, lm_head: torch.Tensor, script, scale: float) -> None:  # noqa: ANN001
+    def __init__(self, head_type: str, lm_head: torch.Tensor, script, scale: float) -> None:
         super().__init__(new_draft_model(markov_config(head_type)).config)
         _strengthen(self.markov_head, 5, scale)
         self.lm_head_rows, self.script = lm_head, script
 
-    def forward(self, noise_embedding, target_hidden, position_ids, cache=None):  # noqa: ANN001
+    def forward(self, noise_embedding, target_hidden, position_ids, cache=None):
         super().forward(noise_embedding, target_hidden, position_ids, cache)
         p = int(position_ids[0, target_hidden.shape[1]])
         return self.lm_head_rows[[self.script(p, k) for k in range(noise_embedding.shape[1])]].unsqueeze(0)
@@ -115,14 +121,14 @@ def target() -> Qwen3ForCausalLM:
     return tiny_target()
 
 
-def greedy(target, prompt, n) -> list[int]:  # noqa: ANN001
+def greedy(target, prompt, n) -> list[int]:
     return autoregressive_generate(target, prompt, n).tokens
 
 
 # -- sglang's formulas, written out --------------------------------------------------------------
 
 
-def reference_bias(head: VanillaMarkov, prev: int, row: torch.Tensor, state):  # noqa: ANN001, ANN201
+def reference_bias(head: VanillaMarkov, prev: int, row: torch.Tensor, state):
     """sglang ``models/dspark.py``: VanillaMarkov / GatedMarkovHead / RNNHead, one step, by hand."""
     sd = {k: v.detach() for k, v in head.state_dict().items()}
     e = sd["markov_w1.weight"][prev]
@@ -139,7 +145,7 @@ def reference_bias(head: VanillaMarkov, prev: int, row: torch.Tensor, state):  #
     return w2 @ torch.tanh(o), gate * s + (1 - gate) * torch.tanh(c)
 
 
-def reference_logits(head: VanillaMarkov, base: torch.Tensor, rows: torch.Tensor, prevs: list[int]):  # noqa: ANN201
+def reference_logits(head: VanillaMarkov, base: torch.Tensor, rows: torch.Tensor, prevs: list[int]):
     """Row j's logits ``base[j] + bias(prevs[j])``, the recurrence (rnn) running over the rows."""
     out, state = [], None
     for j, prev in enumerate(prevs):
@@ -159,7 +165,7 @@ def capture_rows(drafter: DFlashDraftModel) -> tuple[list[torch.Tensor], object]
 
 @pytest.mark.parametrize("harvest", list(DsparkHarvest))
 @pytest.mark.parametrize("head_type", MARKOV_HEAD_TYPES)
-def test_greedy_drafts_follow_sglangs_semi_autoregressive_formula(target, head_type, harvest) -> None:  # noqa: ANN001
+def test_greedy_drafts_follow_sglangs_semi_autoregressive_formula(target, head_type, harvest) -> None:
     drafter = markov_drafter(head_type)
     lm_head = target.lm_head.weight.detach()
     first, gamma = harvest.first_row(), harvest.n_drafts(B)
@@ -186,7 +192,7 @@ def test_greedy_drafts_follow_sglangs_semi_autoregressive_formula(target, head_t
     assert changed > 0  # the bias changed drafts: without it these rounds would have drafted otherwise
 
 
-def test_a_drafter_without_a_markov_head_drafts_exactly_as_before(target) -> None:  # noqa: ANN001
+def test_a_drafter_without_a_markov_head_drafts_exactly_as_before(target) -> None:
     cfg = markov_config("vanilla")
     for key in ("markov_rank", "markov_head_type", "enable_confidence_head", "confidence_head_with_markov"):
         cfg.pop(key)
@@ -219,7 +225,7 @@ def test_a_drafter_without_a_markov_head_drafts_exactly_as_before(target) -> Non
 
 
 @pytest.mark.parametrize("head_type", MARKOV_HEAD_TYPES)
-def test_lossless_with_markov_heads_under_both_harvests(target, head_type) -> None:  # noqa: ANN001
+def test_lossless_with_markov_heads_under_both_harvests(target, head_type) -> None:
     n = 20
     accepted = 0
     for prompt in PROMPTS:
@@ -247,14 +253,17 @@ def test_lossless_with_markov_heads_under_both_harvests(target, head_type) -> No
 @pytest.mark.parametrize("harvest", list(DsparkHarvest))
 @pytest.mark.parametrize("head_type", MARKOV_HEAD_TYPES)
 def test_rejection_sampling_compares_with_the_biased_conditional_distribution(
-    target, head_type, harvest, monkeypatch  # noqa: ANN001
+    target,
+    head_type,
+    harvest,
+    monkeypatch,
 ) -> None:
     drafter = markov_drafter(head_type, seed=4)
     temperature = 0.9
     captured = []
     original = spec_decode._rejection_sample
 
-    def spy(drafts, q, p, generator):  # noqa: ANN001, ANN202
+    def spy(drafts, q, p, generator):
         captured.append((drafts.clone(), q.clone()))
         return original(drafts, q, p, generator)
 
@@ -281,7 +290,7 @@ def test_rejection_sampling_compares_with_the_biased_conditional_distribution(
         assert (q - unbiased).abs().sum(-1).min() > 0.1  # the bias moved every row's distribution
 
 
-def _joint(head: VanillaMarkov, base: torch.Tensor, rows: torch.Tensor, anchor: int, t: float, bias: bool):  # noqa: ANN202
+def _joint(head: VanillaMarkov, base: torch.Tensor, rows: torch.Tensor, anchor: int, t: float, bias: bool):
     """The exact joint distribution of a drafted block, enumerated over every token sequence."""
     probs = {}
     for seq in itertools.product(range(base.shape[1]), repeat=base.shape[0]):
@@ -363,7 +372,7 @@ def _write(folder: Path, config: dict, state: dict[str, torch.Tensor]) -> Path:
 
 
 @pytest.mark.parametrize("head_type", MARKOV_HEAD_TYPES)
-def test_a_saved_markov_drafter_loads_and_drafts_the_same(tmp_path, target, head_type) -> None:  # noqa: ANN001
+def test_a_saved_markov_drafter_loads_and_drafts_the_same(tmp_path, target, head_type) -> None:
     drafter = markov_drafter(head_type, seed=10)
     loaded = load_drafter(_write(tmp_path / head_type, markov_config(head_type), drafter.state_dict()))
     assert loaded.describe()["markov_head"] == {"type": head_type, "rank": RANK}
@@ -374,7 +383,7 @@ def test_a_saved_markov_drafter_loads_and_drafts_the_same(tmp_path, target, head
         assert [r.drafts for r in a.rounds] == [r.drafts for r in b.rounds]
 
 
-def test_confidence_head_is_sglangs_predictor(target) -> None:  # noqa: ANN001
+def test_confidence_head_is_sglangs_predictor(target) -> None:
     drafter = markov_drafter("gated", seed=12)
     head, conf = drafter.markov_head, drafter.confidence_head
     g = torch.Generator().manual_seed(13)
@@ -390,7 +399,7 @@ def _saved_state(head_type: str = "vanilla") -> dict[str, torch.Tensor]:
     return dict(markov_drafter(head_type, seed=14).state_dict())
 
 
-def test_a_markov_rank_without_markov_weights_is_refused(tmp_path) -> None:  # noqa: ANN001
+def test_a_markov_rank_without_markov_weights_is_refused(tmp_path) -> None:
     state = {k: v for k, v in _saved_state().items() if not k.startswith("markov_head.")}
     cfg = markov_config("vanilla")
     cfg["confidence_head_with_markov"] = False
@@ -399,14 +408,14 @@ def test_a_markov_rank_without_markov_weights_is_refused(tmp_path) -> None:  # n
         load_drafter(_write(tmp_path / "nohead", cfg, state))
 
 
-def test_a_head_type_that_does_not_fit_the_weights_is_refused_by_name(tmp_path) -> None:  # noqa: ANN001
+def test_a_head_type_that_does_not_fit_the_weights_is_refused_by_name(tmp_path) -> None:
     cfg = markov_config("vanilla")
     cfg["dflash_config"]["markov_head_type"] = "vanilla"
     with pytest.raises(InvalidCheckpointError, match=r"markov_head_type 'vanilla'.*gate_proj"):
         load_drafter(_write(tmp_path / "gated-as-vanilla", cfg, _saved_state("gated")))
 
 
-def test_disagreeing_head_type_spellings_and_unknown_types_are_refused(tmp_path) -> None:  # noqa: ANN001
+def test_disagreeing_head_type_spellings_and_unknown_types_are_refused(tmp_path) -> None:
     cfg = markov_config("vanilla")
     cfg["dflash_config"]["markov_head_type"] = "rnn"
     with pytest.raises(InvalidCheckpointError, match="Markov head types disagree"):
@@ -417,7 +426,7 @@ def test_disagreeing_head_type_spellings_and_unknown_types_are_refused(tmp_path)
         load_drafter(_write(tmp_path / "mixture", cfg, _saved_state()))
 
 
-def test_a_confidence_head_of_another_width_is_refused(tmp_path) -> None:  # noqa: ANN001
+def test_a_confidence_head_of_another_width_is_refused(tmp_path) -> None:
     state = _saved_state()
     state["confidence_head.proj.weight"] = torch.zeros(1, H + 3)
     with pytest.raises(InvalidCheckpointError, match=r"confidence_head.proj.weight has shape \(1, 67\)"):
@@ -438,8 +447,14 @@ def _embedded_with_markov_head(tmp_path: Path, name: str, vocab: int | None = No
     folder = shutil.copytree(EMBEDDED.drafters["dspark"], tmp_path / name)
     cfg = json.loads((folder / "config.json").read_text())
     vocab, hidden = vocab or cfg["vocab_size"], cfg["hidden_size"]
-    cfg.update(vocab_size=vocab, markov_rank=RANK, markov_head_type="vanilla", enable_confidence_head=True,
-               confidence_head_with_markov=True, architectures=["Qwen3DSparkModel"])
+    cfg.update(
+        vocab_size=vocab,
+        markov_rank=RANK,
+        markov_head_type="vanilla",
+        enable_confidence_head=True,
+        confidence_head_with_markov=True,
+        architectures=["Qwen3DSparkModel"],
+    )
     cfg["dflash_config"]["markov_rank"] = RANK
     state = load_file(str(folder / "model.safetensors"))
     g = torch.Generator().manual_seed(15)
@@ -450,7 +465,7 @@ def _embedded_with_markov_head(tmp_path: Path, name: str, vocab: int | None = No
     return _write(folder, cfg, state)
 
 
-def test_check_measures_a_markov_drafter_exactly_and_reports_its_heads(tmp_path, capsys) -> None:  # noqa: ANN001
+def test_check_measures_a_markov_drafter_exactly_and_reports_its_heads(tmp_path, capsys) -> None:
     from sglang_dspark_plugin.cli import main
     from sglang_dspark_plugin.embedded import EMBEDDED
 
@@ -470,7 +485,7 @@ def test_check_measures_a_markov_drafter_exactly_and_reports_its_heads(tmp_path,
     assert "DSpark heads:" in text and "markov-drafter: Markov head vanilla, rank 8" in text
 
 
-def test_check_refuses_a_markov_head_over_another_vocabulary(tmp_path, capsys) -> None:  # noqa: ANN001
+def test_check_refuses_a_markov_head_over_another_vocabulary(tmp_path, capsys) -> None:
     from sglang_dspark_plugin.cli import main
     from sglang_dspark_plugin.embedded import EMBEDDED
 
@@ -506,12 +521,18 @@ def _spelled(spelling: str, head_type: str) -> dict:
     return cfg
 
 
-SPELLINGS = ("specforge-raw", "specforge-normalised", "top-level", "dspark_config", "text_config",
-             "dspark-prefixed")
+SPELLINGS = (
+    "specforge-raw",
+    "specforge-normalised",
+    "top-level",
+    "dspark_config",
+    "text_config",
+    "dspark-prefixed",
+)
 
 
 @pytest.mark.parametrize("spelling", SPELLINGS)
-def test_every_spelling_of_the_markov_keys_is_read(tmp_path, target, spelling) -> None:  # noqa: ANN001
+def test_every_spelling_of_the_markov_keys_is_read(tmp_path, target, spelling) -> None:
     from sglang_dspark_plugin.census import census
 
     drafter = markov_drafter("gated", seed=16)  # not the default type: the type must be read too
@@ -527,7 +548,7 @@ def test_every_spelling_of_the_markov_keys_is_read(tmp_path, target, spelling) -
 
 
 @pytest.mark.parametrize("config_rank", [RANK + 4, 0])
-def test_a_markov_rank_the_tensor_shapes_contradict_is_refused(tmp_path, config_rank) -> None:  # noqa: ANN001
+def test_a_markov_rank_the_tensor_shapes_contradict_is_refused(tmp_path, config_rank) -> None:
     from sglang_dspark_plugin.census import census
 
     cfg = markov_config("vanilla")
@@ -542,7 +563,7 @@ def test_a_markov_rank_the_tensor_shapes_contradict_is_refused(tmp_path, config_
         assert err.value.kind == "invalid" and err.value.where.endswith(":markov_rank")
 
 
-def test_markov_rank_spellings_that_disagree_are_refused(tmp_path) -> None:  # noqa: ANN001
+def test_markov_rank_spellings_that_disagree_are_refused(tmp_path) -> None:
     from sglang_dspark_plugin.census import census
 
     cfg = markov_config("vanilla")
@@ -552,7 +573,7 @@ def test_markov_rank_spellings_that_disagree_are_refused(tmp_path) -> None:  # n
 
 
 @pytest.mark.parametrize("flag", [{"sample_from_anchor": False}, {"dspark_bonus_anchor": True}])
-def test_a_mask_fill_dspark_checkpoint_with_a_markov_head_is_measured(tmp_path, target, flag) -> None:  # noqa: ANN001
+def test_a_mask_fill_dspark_checkpoint_with_a_markov_head_is_measured(tmp_path, target, flag) -> None:
     """sglang 0.5.23's sample_from_anchor=false layout: drafts from rows 1..b-1, draft 1's bias from
     the bonus (anchor) token, each later one from the draft before it; the census says dflash."""
     from sglang_dspark_plugin.census import census

@@ -39,9 +39,7 @@ def _rank_main(rank: int, world: int, port: int, local: dict, out: mp.Queue) -> 
         except Exception:  # a crash must surface in the parent, not hang it
             out.put((rank, "crash", traceback.format_exc()))
             return
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
-    )
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         # A sub-group, like sglang's TP cpu_group, rather than only the default group.
         group = dist.new_group(list(range(world)), backend="gloo")
@@ -173,8 +171,10 @@ def test_nodes_whose_caches_sit_at_different_paths_agree_and_a_changed_shape_is_
 
     # A copy with one tensor of another shape (a wider MLP): same names, same config.
     changed = Fixture(
-        fixture.name, fixture.config,
-        {**fixture.tensors, "layers.0.mlp.down_proj.weight": (32, 128)}, fixture.expect,
+        fixture.name,
+        fixture.config,
+        {**fixture.tensors, "layers.0.mlp.down_proj.weight": (32, 128)},
+        fixture.expect,
     )
     results = ranks(_hub_cache(tmp_path / "node1-changed", changed))
     for rank in (0, 1):

@@ -45,7 +45,8 @@ class ListHandler(logging.Handler):
 
     def messages(self, contains: str = "", level: int | None = None) -> list[str]:
         return [
-            r.getMessage() for r in self.records
+            r.getMessage()
+            for r in self.records
             if contains in r.getMessage() and (level is None or r.levelno == level)
         ]
 
@@ -81,7 +82,11 @@ def test_round_record_holds_accept_lengths_and_mean():
     assert (second.round_index, second.batch_size, second.accept_lengths) == (2, 2, [2, 2])
     assert second.mean == pytest.approx(2.0)
     assert first.to_json() == {
-        "round_index": 1, "batch_size": 3, "accept_lengths": [1, 3, 5], "mean": 3.0, "valid": True,
+        "round_index": 1,
+        "batch_size": 3,
+        "accept_lengths": [1, 3, 5],
+        "mean": 3.0,
+        "valid": True,
     }
     assert [r.round_index for r in t.records] == [1, 2]
 
@@ -279,15 +284,18 @@ def test_alarm_rounds_match_the_rule_recomputed_by_brute_force(warmup, window, s
     for i in range(1, len(stream) + 1):  # round i, 1-based
         if i - warmup < window:
             continue  # warm-up, then a full window of post-warm-up rounds
-        recent = stream[i - window:i]
+        recent = stream[i - window : i]
         mean = sum(n + 1 for c in recent for n in c) / sum(len(c) for c in recent)
         if mean < 1.6 and (last is None or i - last >= window):
             expected.append((i, mean))
             last = i
     assert t.alarms_fired == len(expected)
-    assert [(a.round_index, a.window_mean) for a in t.alarms] == [  # the 16 most recent are kept
-        (i, pytest.approx(m)) for i, m in expected[-16:]
-    ]
+    assert (
+        [(a.round_index, a.window_mean) for a in t.alarms]
+        == [  # the 16 most recent are kept
+            (i, pytest.approx(m)) for i, m in expected[-16:]
+        ]
+    )
 
 
 def test_alarm_does_not_fire_on_a_healthy_stream(captured):
@@ -336,7 +344,9 @@ def test_alarm_for_an_env_override_names_both_ways_out():
 
 def test_alarm_without_census_evidence_says_so():
     t = AcceptTelemetry(
-        3, "dflash", "default",
+        3,
+        "dflash",
+        "default",
         settings=TelemetrySettings(accept_log_level=None, summary_every=0, alarm_warmup=0, alarm_window=3),
     )
     for _ in range(3):
@@ -371,8 +381,13 @@ def test_out_of_range_counts_are_reported_once_and_kept_out(captured, bad):
     assert record.valid is False and record.batch_size == len(bad)
     assert json.loads(json.dumps(record.to_json(), allow_nan=False))["mean"] is None
     after = t.summary()
-    for key in ("rounds", "request_rounds", "accepted_drafts", "accepted_per_position",
-                "accept_length_histogram"):
+    for key in (
+        "rounds",
+        "request_rounds",
+        "accepted_drafts",
+        "accepted_per_position",
+        "accept_length_histogram",
+    ):
         assert after[key] == before[key], key
     assert after["invalid_rounds"] == 2
     errors = captured.messages(level=logging.ERROR)
@@ -468,7 +483,9 @@ def test_defaults_from_an_empty_environment():
     s = TelemetrySettings.from_env({})
     assert s == TelemetrySettings()
     assert (s.accept_log_level, s.summary_every, s.alarm_threshold) == (
-        logging.INFO, DEFAULT_SUMMARY_EVERY, DEFAULT_ALARM_THRESHOLD
+        logging.INFO,
+        DEFAULT_SUMMARY_EVERY,
+        DEFAULT_ALARM_THRESHOLD,
     )
     assert (s.alarm_warmup, s.alarm_window) == (DEFAULT_ALARM_WARMUP, DEFAULT_ALARM_WINDOW)
 
@@ -602,9 +619,19 @@ def test_metrics_without_prometheus_client_is_a_typed_error(monkeypatch):
 
 def test_bench_script_prints_the_three_batch_sizes():
     out = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "bench_telemetry.py"), "--rounds", "300", "--repeats", "1",
-         "--json"],
-        capture_output=True, text=True, check=True, timeout=120,
+        [
+            sys.executable,
+            str(REPO / "scripts" / "bench_telemetry.py"),
+            "--rounds",
+            "300",
+            "--repeats",
+            "1",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
     )
     report = json.loads(out.stdout)
     assert set(report["us_per_round"]) == {"file", "file+metrics", "null-handler", "logger-warning"}
@@ -619,7 +646,11 @@ def test_bench_demo_shows_the_collapse_alarm_and_metrics():
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMRA_DSPARK_")}
     out = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "bench_telemetry.py"), "--demo"],
-        capture_output=True, text=True, check=True, timeout=120, env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+        env=env,
     )
     lines = out.stdout.splitlines()
     assert sum("dspark accept round=" in line for line in lines) == 12
@@ -661,7 +692,11 @@ def test_metrics_work_in_prometheus_multiprocess_mode(tmp_path):
     # sglang runs prometheus_client in multiprocess mode; the mode is fixed at import, hence a subprocess.
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
     out = subprocess.run(
-        [sys.executable, "-c", MULTIPROCESS_SCRIPT], capture_output=True, text=True, env=env, timeout=120,
+        [sys.executable, "-c", MULTIPROCESS_SCRIPT],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"rounds": 1.0, "tokens": 7.0, "pos1": 2.0, "info": 1.0}

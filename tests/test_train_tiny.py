@@ -21,11 +21,45 @@ torch.set_num_threads(2)
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "train_tiny.py"
 TINY = [
-    "--files", "3", "--vocab", "300", "--hidden", "64", "--layers", "4", "--heads", "4",
-    "--kv-heads", "2", "--intermediate", "128", "--seq", "48", "--target-steps", "8",
-    "--target-batch", "4", "--gen-seqs", "8", "--prompt-len", "12", "--gen-len", "20",
-    "--block-size", "5", "--draft-steps", "6", "--draft-batch", "4", "--anchors", "4",
-    "--n-prompts", "2", "--markov-rank", "4", "--quiet",
+    "--files",
+    "3",
+    "--vocab",
+    "300",
+    "--hidden",
+    "64",
+    "--layers",
+    "4",
+    "--heads",
+    "4",
+    "--kv-heads",
+    "2",
+    "--intermediate",
+    "128",
+    "--seq",
+    "48",
+    "--target-steps",
+    "8",
+    "--target-batch",
+    "4",
+    "--gen-seqs",
+    "8",
+    "--prompt-len",
+    "12",
+    "--gen-len",
+    "20",
+    "--block-size",
+    "5",
+    "--draft-steps",
+    "6",
+    "--draft-batch",
+    "4",
+    "--anchors",
+    "4",
+    "--n-prompts",
+    "2",
+    "--markov-rank",
+    "4",
+    "--quiet",
 ]
 MARKOV = "drafter-dspark-markov"
 
@@ -40,7 +74,9 @@ def _load_script():
 def _run(out: Path, *extra: str) -> dict:
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--out", str(out), *TINY, *extra],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -63,9 +99,7 @@ def test_tiny_run_exports_loadable_models(tiny_runs):
 
     out = tiny_runs[0]
     tok = AutoTokenizer.from_pretrained(out / "target", local_files_only=True)
-    target = AutoModelForCausalLM.from_pretrained(
-        out / "target", local_files_only=True, dtype=torch.float32
-    )
+    target = AutoModelForCausalLM.from_pretrained(out / "target", local_files_only=True, dtype=torch.float32)
     mask_id = tok.convert_tokens_to_ids("<|MASK|>")
     assert target.config.num_hidden_layers == 4 and target.config.vocab_size == len(tok)
     for strategy in STRATEGIES:
@@ -101,8 +135,12 @@ def test_tiny_run_exports_the_specforge_shaped_markov_drafter(tiny_runs):
     folder = out / MARKOV
     cfg = json.loads((folder / "config.json").read_text())
     # SpecForge's sglang-normalised export: Markov keys hoisted to the top level, nested ones kept
-    heads = {"markov_rank": 4, "markov_head_type": "vanilla", "enable_confidence_head": True,
-             "confidence_head_with_markov": True}
+    heads = {
+        "markov_rank": 4,
+        "markov_head_type": "vanilla",
+        "enable_confidence_head": True,
+        "confidence_head_with_markov": True,
+    }
     assert {k: cfg[k] for k in heads} == heads and {k: cfg["dflash_config"][k] for k in heads} == heads
     assert cfg["architectures"] == ["Qwen3DSparkModel"] and cfg["block_size"] == 7
     assert cfg["dflash_config"]["projector_type"] == "dspark" and cfg["model_type"] == "qwen3"
@@ -128,8 +166,12 @@ def test_a_subset_run_replays_the_other_drafters_draws(tiny_runs, tmp_path):
     _run(out, "--drafters", "dspark-markov")
     assert not (out / "drafter-dflash").exists() and not (out / "drafter-dspark").exists()
     assert _digest(out / MARKOV / "model.safetensors") == _digest(a / MARKOV / "model.safetensors")
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--drafters", "dspark,eagle"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(out), "--drafters", "dspark,eagle"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "--drafters: unknown ['eagle']" in proc.stderr
 
 
@@ -204,9 +246,16 @@ def test_packed_training_forward_equals_inference_per_block():
     """The training mask gives each block exactly what inference gives it: context < anchor + block."""
     script = _load_script()
     cfg = {
-        "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "head_dim": 8, "rms_norm_eps": 1e-6, "vocab_size": 50,
-        "block_size": 4, "num_target_layers": 3,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 8,
+        "rms_norm_eps": 1e-6,
+        "vocab_size": 50,
+        "block_size": 4,
+        "num_target_layers": 3,
         "dflash_config": {"mask_token_id": 49, "target_layer_ids": [0, 2]},
     }
     model = new_draft_model(cfg, seed=0)
@@ -221,8 +270,11 @@ def test_packed_training_forward_equals_inference_per_block():
             for j in range(3):
                 rows = slice(4 * j, 4 * j + 4)
                 a = int(pos[n, 4 * j])
-                alone = model(embed(ids[n : n + 1, rows]), feats[n : n + 1, :a],
-                              torch.cat([torch.arange(a), pos[n, rows]])[None])
+                alone = model(
+                    embed(ids[n : n + 1, rows]),
+                    feats[n : n + 1, :a],
+                    torch.cat([torch.arange(a), pos[n, rows]])[None],
+                )
                 torch.testing.assert_close(packed[n : n + 1, rows], alone, atol=1e-5, rtol=1e-5)
 
 

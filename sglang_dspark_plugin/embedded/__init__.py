@@ -82,8 +82,7 @@ class EmbeddedModels:
         (the run's ``block_size`` when the entry names none)."""
         entries = self.report["drafters"]
         return {
-            name: int(entries.get(name, {}).get("block_size", self.report["block_size"]))
-            for name in DRAFTERS
+            name: int(entries.get(name, {}).get("block_size", self.report["block_size"])) for name in DRAFTERS
         }
 
     @cached_property

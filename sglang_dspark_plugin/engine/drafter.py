@@ -318,7 +318,7 @@ def new_draft_model(config: dict[str, Any], *, seed: int | None = None) -> DFlas
 
 def _normalize_key(key: str) -> str:
     if key.startswith(LEGACY_HEAD_PREFIX):
-        return key[len(LEGACY_HEAD_PREFIX):]
+        return key[len(LEGACY_HEAD_PREFIX) :]
     return key
 
 

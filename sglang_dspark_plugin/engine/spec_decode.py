@@ -183,8 +183,12 @@ def speculative_round(
     if drafter.markov_head is not None:
         # semi-autoregressive: draft j's logits get a bias from draft j-1 (the anchor for j = 1)
         drafts, q = draft_block(
-            drafter.markov_head, draft_logits, rows, block[0, :1],
-            temperature=temperature, generator=generator,
+            drafter.markov_head,
+            draft_logits,
+            rows,
+            block[0, :1],
+            temperature=temperature,
+            generator=generator,
         )
     elif temperature > 0:
         q = torch.softmax(draft_logits.float() / temperature, dim=-1)

@@ -88,8 +88,10 @@ def format_report(report: dict[str, Any]) -> str:
     """The human-readable form of ``doctor_report()``."""
     lines = []
     version = report["sglang"] or "not installed"
-    tested = "" if report["sglang"] is None else (
-        " (tested)" if report["version_supported"] else " (NOT a tested version)"
+    tested = (
+        ""
+        if report["sglang"] is None
+        else (" (tested)" if report["version_supported"] else " (NOT a tested version)")
     )
     lines.append(f"sglang: {version}{tested}; tested versions: {', '.join(report['supported_versions'])}")
     lines.append(f"entry point {ENTRY_POINT_GROUP}:{ENTRY_POINT_NAME}: {report['entry_point'] or 'MISSING'}")
@@ -97,9 +99,7 @@ def format_report(report: dict[str, Any]) -> str:
         status = "OK     " if hook["ok"] else "MISSING"
         detail = "" if hook["ok"] else f"  ({hook['problem']})"
         lines.append(f"  {status} {hook['hook']}{detail}")
-    registered = (
-        f"yes ({report['registered_class']})" if report["registered"] else "NO"
-    )
+    registered = f"yes ({report['registered_class']})" if report["registered"] else "NO"
     lines.append(f"{ALGORITHM} registered through the entry point: {registered}")
     for problem in report["problems"]:
         lines.append(f"problem: {problem}")

@@ -223,7 +223,7 @@ def prepare_dspark_arm_config(
         if head_type is None:
             raise InvalidCheckpointError(
                 f"the draft has a rank-{rank} Markov head but config.json names no markov_head_type; "
-                "add \"markov_head_type\": \"vanilla\" | \"gated\" | \"rnn\" (the head it was trained with).",
+                'add "markov_head_type": "vanilla" | "gated" | "rnn" (the head it was trained with).',
                 where="config.json: markov_head_type",
             )
         _set_markov(config, rank, head_type)
@@ -481,7 +481,7 @@ def _require_mask_token(cfg: Any) -> None:
         raise InvalidCheckpointError(
             f"the dspark arm needs the draft's mask token id and {cfg.path}/config.json declares none "
             "(sglang's DSpark worker has no tokenizer fallback, speculative/dspark_components/"
-            "dspark_config.py resolve_runtime_config). Add \"mask_token_id\": <id of the mask token> "
+            'dspark_config.py resolve_runtime_config). Add "mask_token_id": <id of the mask token> '
             "to the draft's config.json.",
             where=f"{cfg.path}/config.json: mask_token_id",
         )
@@ -505,8 +505,8 @@ def _require_markov_head_type(cfg: Any) -> None:
     told = f" (the tensors say {found.head_type!r})" if found is not None and found.head_type else ""
     raise InvalidCheckpointError(
         f"the draft {cfg.path} has a rank-{rank} Markov head but its config.json names no "
-        f"markov_head_type{told}{sglang_says}. Add \"markov_head_type\": \"vanilla\" | \"gated\" | \"rnn\" "
-        f"(the head it was trained with) next to \"markov_rank\": {rank} in the draft's config.json.",
+        f'markov_head_type{told}{sglang_says}. Add "markov_head_type": "vanilla" | "gated" | "rnn" '
+        f'(the head it was trained with) next to "markov_rank": {rank} in the draft\'s config.json.',
         where=f"{cfg.path}/config.json: markov_head_type",
     )
 
@@ -715,13 +715,13 @@ class HarvestDFlashWorker(_HarvestWorkerMixin, DFlashWorkerV2):
 
     if _DFLASH_TAKES_PS:
 
-        def __init__(self, server_args, gpu_id, ps, nccl_port, target_worker):  # noqa: ANN001
+        def __init__(self, server_args, gpu_id, ps, nccl_port, target_worker):
             with self._dflash_route(server_args):
                 super().__init__(server_args, gpu_id, ps, nccl_port, target_worker)
 
     else:
 
-        def __init__(self, server_args, gpu_id, nccl_port, target_worker):  # noqa: ANN001
+        def __init__(self, server_args, gpu_id, nccl_port, target_worker):
             with self._dflash_route(server_args):
                 super().__init__(server_args, gpu_id, nccl_port, target_worker)
 
@@ -741,13 +741,13 @@ class HarvestDSparkWorker(_HarvestWorkerMixin, DSparkWorkerV2):
 
     if _DSPARK_TAKES_PS:
 
-        def __init__(self, server_args, gpu_id, ps, nccl_port, target_worker):  # noqa: ANN001
+        def __init__(self, server_args, gpu_id, ps, nccl_port, target_worker):
             with self._dspark_route(server_args):
                 super().__init__(server_args, gpu_id, ps, nccl_port, target_worker)
 
     elif _DSPARK_TAKES_DRAFT_WORKER_CLS:
 
-        def __init__(  # noqa: ANN001
+        def __init__(
             self, server_args, gpu_id, nccl_port, target_worker, draft_worker_cls=TpModelWorker
         ):
             with self._dspark_route(server_args):
@@ -755,7 +755,7 @@ class HarvestDSparkWorker(_HarvestWorkerMixin, DSparkWorkerV2):
 
     else:
 
-        def __init__(self, server_args, gpu_id, nccl_port, target_worker):  # noqa: ANN001
+        def __init__(self, server_args, gpu_id, nccl_port, target_worker):
             with self._dspark_route(server_args):
                 super().__init__(server_args, gpu_id, nccl_port, target_worker)
 

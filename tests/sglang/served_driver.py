@@ -20,7 +20,7 @@ from pathlib import Path
 
 def main(spec_path: str, out_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
-    import dspark_cpu_patches  # noqa: F401 - installed by sitecustomize; fails loudly if it is not
+    import dspark_cpu_patches
     import sglang as sgl
 
     if not dspark_cpu_patches._INSTALLED:

@@ -180,8 +180,14 @@ def test_every_attention_dp_group_keeps_one_telemetry_tagged_with_its_dp_rank(
         groups.setdefault(a_dp, []).append(tp_rank)
         # Read back through sglang's published topology (get_parallel), as the worker does.
         with get_parallel().override(
-            tp_size=tp_size, tp_rank=tp_rank, attn_tp_size=a_tp_size, attn_tp_rank=a_tp,
-            attn_dp_size=a_dp_size, attn_dp_rank=a_dp, attn_cp_size=cp_size, attn_cp_rank=a_cp,
+            tp_size=tp_size,
+            tp_rank=tp_rank,
+            attn_tp_size=a_tp_size,
+            attn_tp_rank=a_tp,
+            attn_dp_size=a_dp_size,
+            attn_dp_rank=a_dp,
+            attn_cp_size=cp_size,
+            attn_cp_rank=a_cp,
         ):
             ranks = workers.attention_ranks(tp_rank)
         assert (ranks.attn_tp_rank, ranks.attn_dp_rank, ranks.attn_dp_size) == (a_tp, a_dp, a_dp_size)

@@ -103,8 +103,14 @@ def _shape(fn) -> list[tuple[str, object, object]]:
         (HarvestDSparkDraftModel.__init__, DSparkDraftModel.__init__),
         (HarvestDSparkDraftModel.load_weights, DSparkDraftModel.load_weights),
     ],
-    ids=["dflash.__init__", "dspark.__init__", "dflash.on_verify", "dspark.on_verify", "model.__init__",
-         "model.load_weights"],
+    ids=[
+        "dflash.__init__",
+        "dspark.__init__",
+        "dflash.on_verify",
+        "dspark.on_verify",
+        "model.__init__",
+        "model.load_weights",
+    ],
 )
 def test_each_override_has_its_sglang_parents_signature(ours, parent):
     # Names, kinds and defaults: the scheduler calls these by keyword, so they must match exactly.
@@ -120,8 +126,13 @@ def test_the_workers_override_nothing_on_the_round_path():
     assert "__init__" in vars(HarvestDFlashWorker) and "__init__" in vars(HarvestDSparkWorker)
     assert own(HarvestDSparkWorker) == {"dspark_harvest", "_dspark_route"}
     mixin = set(vars(workers._HarvestWorkerMixin))
-    for name in ("forward_batch_generation", "_maybe_build_draft_sampler", "alloc_memory_pool",
-                 "init_cuda_graphs", "init_attention_backends"):
+    for name in (
+        "forward_batch_generation",
+        "_maybe_build_draft_sampler",
+        "alloc_memory_pool",
+        "init_cuda_graphs",
+        "init_attention_backends",
+    ):
         assert name not in mixin
         assert getattr(HarvestDFlashWorker, name) is getattr(DFlashWorkerV2, name)
         assert getattr(HarvestDSparkWorker, name) is getattr(DSparkWorkerV2, name)
@@ -486,11 +497,15 @@ def _run_in_subprocess(fn: str, *args: str) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
     proc = subprocess.run(
         [sys.executable, "-W", "ignore", "-c", _MODEL_SCRIPT, fn, *args],
-        cwd=Path(__file__).parent, env=env, capture_output=True, text=True, timeout=600,
+        cwd=Path(__file__).parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-6000:]
-    return json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len("RESULT ") :])
 
 
 def _init_single_process_sglang_dist() -> None:
@@ -508,7 +523,10 @@ def _init_single_process_sglang_dist() -> None:
         init_single_process_dist(master_port=port)
     else:
         ps.init_distributed_environment(
-            world_size=1, rank=0, local_rank=0, backend="gloo",
+            world_size=1,
+            rank=0,
+            local_rank=0,
+            backend="gloo",
             distributed_init_method=f"tcp://127.0.0.1:{port}",
         )
         ps.initialize_model_parallel(1)
@@ -588,9 +606,12 @@ def _build_real_draft_model() -> dict:
         gated.load_weights(
             (k, v.float()) for k, v in load_file(str(gated_ckpt / "model.safetensors")).items()
         )
-        out["gated"] = [type(gated.markov_head).__name__, int(gated.markov_head.markov_rank),
-                        bool(gated.dspark_harvest_zero_markov),
-                        float(gated.markov_head.markov_w1.weight.abs().sum())]
+        out["gated"] = [
+            type(gated.markov_head).__name__,
+            int(gated.markov_head.markov_rank),
+            bool(gated.dspark_harvest_zero_markov),
+            float(gated.markov_head.markov_w1.weight.abs().sum()),
+        ]
 
         # The dflash arm: a DSpark-named drafter without a Markov head loads sglang's DFlashDraftModel.
         plain_config = PretrainedConfig(**FIXTURES["dspark_markov_rank0"].config)
@@ -628,8 +649,17 @@ def _prepared_server_args(target_dir: Path, draft: Path, *extra: str):
     from sglang.srt.server_args import prepare_server_args
 
     server_args = prepare_server_args(
-        ["--model-path", str(target_dir), "--speculative-algorithm", "DSPARK_HARVEST",
-         "--speculative-draft-model-path", str(draft), "--device", "cuda", *extra]
+        [
+            "--model-path",
+            str(target_dir),
+            "--speculative-algorithm",
+            "DSPARK_HARVEST",
+            "--speculative-draft-model-path",
+            str(draft),
+            "--device",
+            "cuda",
+            *extra,
+        ]
     )
     if SGLANG_023:
         server_args.resolve_once()
@@ -667,8 +697,10 @@ def test_registered_factory_and_worker_init_agree_on_real_server_args(
     assert served.resolution.harvest is arm
     assert rank_agreement_values(served)["gamma"] == worker.dspark_telemetry.gamma == served.geometry.gamma
     assert worker.dspark_telemetry.metrics is not None  # --enable-metrics reached the worker
-    route = worker._dflash_route(server_args) if arm is DsparkHarvest.DFLASH else worker._dspark_route(
-        server_args
+    route = (
+        worker._dflash_route(server_args)
+        if arm is DsparkHarvest.DFLASH
+        else worker._dspark_route(server_args)
     )
     with route:
         from sglang.srt.models.registry import ModelRegistry
@@ -689,8 +721,10 @@ def _target_side_refusal_site(target_dir: str, draft: str) -> dict:
     from sglang.srt.utils.hf_transformers_utils import get_config
 
     load_plugins()  # entry point -> register() -> HookRegistry.apply_hooks()
-    out: dict = {"hook_bound_everywhere": dspark_models.parse_dspark_draft_config
-                 is dspark_config.parse_dspark_draft_config}
+    out: dict = {
+        "hook_bound_everywhere": dspark_models.parse_dspark_draft_config
+        is dspark_config.parse_dspark_draft_config
+    }
     draft_config = get_config(draft, trust_remote_code=False)
     before = dspark_config.parse_dspark_draft_config(draft_hf_config=draft_config)
     out["rank_before_publish"] = before.markov_rank
@@ -789,7 +823,10 @@ def test_the_parse_hook_answers_a_draft_whose_config_json_names_its_own_path(tmp
     ("fixture", "cls", "parent", "arch", "loaded"),
     [
         (
-            "dspark_markov_rank0", HarvestDSparkWorker, DSparkWorkerV2, "DSparkDraftModel",
+            "dspark_markov_rank0",
+            HarvestDSparkWorker,
+            DSparkWorkerV2,
+            "DSparkDraftModel",
             "HarvestDSparkDraftModel",
         ),
         ("zlab_dflash", HarvestDFlashWorker, DFlashWorkerV2, "DFlashDraftModel", "DFlashDraftModel"),

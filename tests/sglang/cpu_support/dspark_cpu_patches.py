@@ -265,7 +265,7 @@ def _torch_native(mod: Any) -> None:
     backend = _require(mod, "TorchNativeAttnBackend")
     original = _require(backend, "forward_extend")
 
-    def forward_extend(self: Any, q, k, v, layer, forward_batch, save_kv_cache=True):  # noqa: ANN001
+    def forward_extend(self: Any, q, k, v, layer, forward_batch, save_kv_cache=True):
         mode = forward_batch.forward_mode
         if not mode.is_target_verify() or forward_batch.extend_prefix_lens is not None:
             return original(self, q, k, v, layer, forward_batch, save_kv_cache)
