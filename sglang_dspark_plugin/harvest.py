@@ -13,12 +13,12 @@ Either way draft j (1-based) is row ``first_row() + j - 1`` and predicts positio
 from __future__ import annotations
 
 import enum
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import GeometryError, HarvestEnvError
+from .validation import environment, is_int
 
 if TYPE_CHECKING:
     from .draft_config import DflashCfg, Signal
@@ -51,7 +51,7 @@ class DsparkHarvest(enum.Enum):
 
     def n_drafts(self, b: int) -> int:
         """Drafts harvested from a block of ``b`` rows; refuses a block that yields none."""
-        if isinstance(b, bool) or not isinstance(b, int):
+        if not is_int(b):
             raise GeometryError(
                 f"block size must be an integer, got {b!r} ({type(b).__name__}); "
                 "pass the drafter's block_size (rows per draft block)."
@@ -67,7 +67,7 @@ class DsparkHarvest(enum.Enum):
 
     def trained_offset_of_row(self, row: int) -> int:
         """The position, relative to the anchor, that output row ``row`` was trained to predict."""
-        if isinstance(row, bool) or not isinstance(row, int) or row < 0:
+        if not is_int(row) or row < 0:
             raise GeometryError(f"row must be a non-negative integer, got {row!r}.")
         return row if self is DsparkHarvest.DFLASH else row + 1
 
@@ -107,8 +107,7 @@ class DsparkHarvest(enum.Enum):
     @staticmethod
     def explain(cfg: DflashCfg, environ: Mapping[str, str] | None = None) -> Resolution:
         """``resolve`` plus where the answer came from (``env``, ``census`` or ``default``)."""
-        env = os.environ if environ is None else environ
-        return Resolution.of(cfg, env.get(ENV_VAR))
+        return Resolution.of(cfg, environment(environ).get(ENV_VAR))
 
 
 def _shown(value: object, limit: int = 60) -> str:
