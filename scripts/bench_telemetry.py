@@ -140,7 +140,9 @@ def run_once(
         from prometheus_client import CollectorRegistry
 
         prom = PrometheusMetrics(gamma, registry=CollectorRegistry())
-    telemetry = AcceptTelemetry(gamma, "dspark", "census", settings=TelemetrySettings(), metrics=prom)
+    telemetry = AcceptTelemetry(
+        gamma, DsparkHarvest.DSPARK, "census", settings=TelemetrySettings(), metrics=prom
+    )
     hook = telemetry.on_verify_complete
     n = len(counts)
     cpu0, wall0 = time.process_time(), time.perf_counter()

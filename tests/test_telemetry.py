@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from sglang_dspark_plugin.draft_config import TIER_STRUCTURAL, DflashCfg, Signal
 from sglang_dspark_plugin.errors import GeometryError, HarvestEnvError, SettingsError
-from sglang_dspark_plugin.harvest import Resolution
+from sglang_dspark_plugin.harvest import DsparkHarvest, Resolution
 from sglang_dspark_plugin.telemetry import (
     ACCEPT_LOGGER,
     DEFAULT_ALARM_THRESHOLD,
@@ -32,6 +32,7 @@ from sglang_dspark_plugin.telemetry import (
 
 REPO = Path(__file__).resolve().parents[1]
 ARCH_SIGNAL = Signal("config.json:architectures[0]", "DSparkDraftModel", TIER_STRUCTURAL, "dspark")
+DFLASH, DSPARK = DsparkHarvest.DFLASH, DsparkHarvest.DSPARK
 QUIET = TelemetrySettings(accept_log_level=None, summary_every=0, alarm_threshold=0.0)
 
 
@@ -67,7 +68,7 @@ def captured():
 def telemetry(gamma: int = 4, **kw) -> AcceptTelemetry:
     base = dict(accept_log_level=None, summary_every=0, alarm_threshold=0.0)
     base.update(kw)
-    return AcceptTelemetry(gamma, "dspark", "census", (ARCH_SIGNAL,), settings=TelemetrySettings(**base))
+    return AcceptTelemetry(gamma, DSPARK, "census", (ARCH_SIGNAL,), settings=TelemetrySettings(**base))
 
 
 # ----------------------------------------------------------------------------- records and statistics
@@ -144,7 +145,7 @@ def test_records_are_a_bounded_ring_buffer():
 
 def test_summary_is_json_and_complete():
     clock = iter([10.0, 12.5]).__next__
-    t = AcceptTelemetry(3, "dflash", "default", settings=QUIET, clock=clock)
+    t = AcceptTelemetry(3, DFLASH, "default", settings=QUIET, clock=clock)
     t.on_verify_complete([3, 0])
     out = t.summary()
     json.dumps(out)
@@ -164,9 +165,11 @@ def test_from_resolution_carries_harvest_source_and_evidence():
 
 def test_bad_constructor_arguments_are_typed_errors():
     with pytest.raises(GeometryError, match="gamma=0"):
-        AcceptTelemetry(0, "dspark", "census", settings=QUIET)
+        AcceptTelemetry(0, DSPARK, "census", settings=QUIET)
     with pytest.raises(HarvestEnvError, match="'dspak'"):
         AcceptTelemetry(4, "dspak", "census", settings=QUIET)
+    with pytest.raises(HarvestEnvError, match="'dspark' is not a DsparkHarvest"):
+        AcceptTelemetry(4, "dspark", "census", settings=QUIET)
     with pytest.raises(SettingsError, match="alarm_window"):
         TelemetrySettings(alarm_window=0)
 
@@ -176,14 +179,14 @@ def test_metrics_for_another_gamma_are_refused_at_construction():
 
     metrics = PrometheusMetrics(3, CollectorRegistry())
     with pytest.raises(GeometryError, match="gamma=3 but the telemetry has gamma=4"):
-        AcceptTelemetry(4, "dspark", "census", settings=QUIET, metrics=metrics)
+        AcceptTelemetry(4, DSPARK, "census", settings=QUIET, metrics=metrics)
 
 
 # ----------------------------------------------------------------------------- log lines and levels
 
 
 def test_one_line_per_round_at_info_by_default(captured):
-    t = AcceptTelemetry(4, "dspark", "census", settings=TelemetrySettings(summary_every=0))
+    t = AcceptTelemetry(4, DSPARK, "census", settings=TelemetrySettings(summary_every=0))
     t.on_verify_complete([2, 0, 3])
     lines = captured.messages("dspark accept round=")
     assert lines == ["dspark accept round=1 bs=3 accept_len=[3,1,4] mean=2.67 harvest=dspark(census)"]
@@ -194,7 +197,7 @@ def test_one_line_per_round_at_info_by_default(captured):
 @pytest.mark.parametrize("raw, level", [("DEBUG", logging.DEBUG), ("warning", logging.WARNING), ("25", 25)])
 def test_per_round_level_is_configurable(captured, raw, level):
     s = TelemetrySettings.from_env({"MEMRA_DSPARK_ACCEPT_LOG_LEVEL": raw, "MEMRA_DSPARK_SUMMARY_EVERY": "0"})
-    t = AcceptTelemetry(2, "dflash", "env", settings=s)
+    t = AcceptTelemetry(2, DFLASH, "env", settings=s)
     t.on_verify_complete([1])
     rounds = [r for r in captured.records if "accept round=" in r.getMessage()]
     assert [r.levelno for r in rounds] == [level]
@@ -205,7 +208,7 @@ def test_level_off_silences_round_lines_but_not_summaries(captured):
         {"MEMRA_DSPARK_ACCEPT_LOG_LEVEL": "off", "MEMRA_DSPARK_SUMMARY_EVERY": "2"}
     )
     assert s.accept_log_level is None
-    t = AcceptTelemetry(2, "dflash", "env", settings=s)
+    t = AcceptTelemetry(2, DFLASH, "env", settings=s)
     for _ in range(4):
         t.on_verify_complete([1, 2])
     assert captured.messages("accept round=") == []
@@ -214,7 +217,7 @@ def test_level_off_silences_round_lines_but_not_summaries(captured):
 
 def test_logger_threshold_filters_round_lines(captured):
     logging.getLogger(ACCEPT_LOGGER).setLevel(logging.WARNING)
-    t = AcceptTelemetry(2, "dflash", "census", settings=TelemetrySettings(summary_every=0))
+    t = AcceptTelemetry(2, DFLASH, "census", settings=TelemetrySettings(summary_every=0))
     t.on_verify_complete([1])
     assert captured.records == []
     assert t.rounds == 1  # filtered lines still count
@@ -222,7 +225,7 @@ def test_logger_threshold_filters_round_lines(captured):
 
 def test_summary_cadence_and_content(captured):
     s = TelemetrySettings(accept_log_level=None, summary_every=3)
-    t = AcceptTelemetry(2, "dspark", "census", settings=s)
+    t = AcceptTelemetry(2, DSPARK, "census", settings=s)
     for i in range(10):
         t.on_verify_complete([2, 0] if i < 6 else [0, 0])
     lines = captured.messages("dspark accept summary")
@@ -235,7 +238,7 @@ def test_summary_cadence_and_content(captured):
 
 def test_no_summary_when_disabled(captured):
     s = TelemetrySettings(accept_log_level=None, summary_every=0)
-    t = AcceptTelemetry(2, "dspark", "census", settings=s)
+    t = AcceptTelemetry(2, DSPARK, "census", settings=s)
     for _ in range(50):
         t.on_verify_complete([1])
     assert captured.messages("summary") == []
@@ -247,7 +250,7 @@ def test_no_summary_when_disabled(captured):
 def alarm_telemetry(source: str = "census", evidence=(ARCH_SIGNAL,), **kw) -> AcceptTelemetry:
     base = dict(accept_log_level=None, summary_every=0, alarm_threshold=1.6, alarm_warmup=5, alarm_window=10)
     base.update(kw)
-    return AcceptTelemetry(4, "dspark", source, evidence, settings=TelemetrySettings(**base))
+    return AcceptTelemetry(4, DSPARK, source, evidence, settings=TelemetrySettings(**base))
 
 
 def test_alarm_fires_after_warmup_on_a_collapsed_stream_once_per_window(captured):
@@ -345,7 +348,7 @@ def test_alarm_for_an_env_override_names_both_ways_out():
 def test_alarm_without_census_evidence_says_so():
     t = AcceptTelemetry(
         3,
-        "dflash",
+        DFLASH,
         "default",
         settings=TelemetrySettings(accept_log_level=None, summary_every=0, alarm_warmup=0, alarm_window=3),
     )
@@ -363,7 +366,7 @@ def test_alarm_disabled_by_threshold_zero():
 
 
 def test_alarm_threshold_is_capped_for_tiny_blocks():
-    t = AcceptTelemetry(1, "dflash", "census", settings=TelemetrySettings(accept_log_level=None))
+    t = AcceptTelemetry(1, DFLASH, "census", settings=TelemetrySettings(accept_log_level=None))
     assert t.alarm_threshold == pytest.approx(1.5)  # gamma 1 peaks at 2.0; 1.6 would flag a healthy 1.55
     assert alarm_telemetry().alarm_threshold == pytest.approx(1.6)
 
@@ -423,7 +426,7 @@ def test_round_line_and_statistics_are_the_same_on_every_path(captured, gamma, b
 
 def test_each_round_line_is_its_own_log_record_with_its_own_time_and_thread(captured):
     clock = iter(range(100)).__next__
-    t = AcceptTelemetry(4, "dspark", "census", settings=TelemetrySettings(summary_every=0), clock=clock)
+    t = AcceptTelemetry(4, DSPARK, "census", settings=TelemetrySettings(summary_every=0), clock=clock)
     t.on_verify_complete([1])
     t.on_verify_complete([2, 3])
     worker = threading.Thread(target=t.on_verify_complete, args=([4],), name="overlap-thread")
@@ -454,7 +457,7 @@ def test_a_custom_log_record_factory_builds_every_round_record(captured):
 
     logging.setLogRecordFactory(factory)
     try:
-        t = AcceptTelemetry(4, "dspark", "census", settings=TelemetrySettings(summary_every=0))
+        t = AcceptTelemetry(4, DSPARK, "census", settings=TelemetrySettings(summary_every=0))
         t.on_verify_complete([1])
         t.on_verify_complete([2])
     finally:
@@ -464,7 +467,7 @@ def test_a_custom_log_record_factory_builds_every_round_record(captured):
 
 def test_data_parallel_rank_tags_every_line(captured):
     s = TelemetrySettings(summary_every=2, alarm_warmup=0, alarm_window=2)
-    t = AcceptTelemetry(4, "dspark", "census", settings=s, dp_rank=3)
+    t = AcceptTelemetry(4, DSPARK, "census", settings=s, dp_rank=3)
     for _ in range(2):
         t.on_verify_complete([0, 0])
     rounds = captured.messages("dspark accept round=")
@@ -472,7 +475,7 @@ def test_data_parallel_rank_tags_every_line(captured):
     assert captured.messages("accept summary")[0].endswith(" dp=3")
     assert captured.messages("ALARM")[0].endswith(" dp=3")
     assert t.describe().endswith(" dp=3") and t.summary()["dp_rank"] == 3
-    untagged = AcceptTelemetry(4, "dspark", "census", settings=QUIET)
+    untagged = AcceptTelemetry(4, DSPARK, "census", settings=QUIET)
     assert "dp=" not in untagged.summary_line() and untagged.summary()["dp_rank"] is None
 
 
@@ -536,7 +539,7 @@ def test_metrics_counters_follow_the_telemetry():
 
     registry = CollectorRegistry()
     metrics = PrometheusMetrics(4, registry=registry, sync_every=4, sync_interval_s=1e9)
-    t = AcceptTelemetry(4, "dspark", "census", settings=QUIET, metrics=metrics)
+    t = AcceptTelemetry(4, DSPARK, "census", settings=QUIET, metrics=metrics)
     value = registry.get_sample_value
     assert value("dspark_harvest_info", {"harvest": "dspark", "source": "census"}) == 1.0
     for _ in range(3):
@@ -563,7 +566,7 @@ def test_metrics_are_pushed_after_an_interval_even_at_low_traffic():
     metrics = PrometheusMetrics(
         2, registry=registry, sync_every=1000, sync_interval_s=1.0, clock=lambda: now[0]
     )
-    t = AcceptTelemetry(2, "dflash", "census", settings=QUIET, metrics=metrics)
+    t = AcceptTelemetry(2, DFLASH, "census", settings=QUIET, metrics=metrics)
     t.on_verify_complete([1, 2])
     now[0] = 0.5
     t.on_verify_complete([0])
@@ -594,7 +597,7 @@ def test_metrics_can_be_created_twice_in_one_registry():
 
     registry = CollectorRegistry()
     first, second = (
-        AcceptTelemetry(2, "dflash", "census", settings=QUIET, metrics=PrometheusMetrics(2, registry))
+        AcceptTelemetry(2, DFLASH, "census", settings=QUIET, metrics=PrometheusMetrics(2, registry))
         for _ in range(2)
     )
     first.on_verify_complete([1])
@@ -670,10 +673,11 @@ MULTIPROCESS_SCRIPT = """
 import json, sys
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
+from sglang_dspark_plugin.harvest import DsparkHarvest
 from sglang_dspark_plugin.telemetry import AcceptTelemetry, PrometheusMetrics, TelemetrySettings
 
 quiet = TelemetrySettings(accept_log_level=None, summary_every=0, alarm_threshold=0.0)
-t = AcceptTelemetry(3, "dspark", "env", settings=quiet, metrics=PrometheusMetrics(3))
+t = AcceptTelemetry(3, DsparkHarvest.DSPARK, "env", settings=quiet, metrics=PrometheusMetrics(3))
 t.on_verify_complete([3, 0, 1])
 t.summary()
 registry = CollectorRegistry()

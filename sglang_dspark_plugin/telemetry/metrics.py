@@ -1,0 +1,168 @@
+"""Prometheus counters for the accept telemetry (``PrometheusMetrics``), created only when sglang runs
+with ``--enable-metrics``; ``prometheus_client`` is sglang's dependency and is imported lazily."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..errors import GeometryError, SettingsError
+from ..validation import is_int
+
+if TYPE_CHECKING:
+    from .accept import AcceptTelemetry
+
+_FAMILIES: dict[tuple[int, tuple[str, ...]], tuple[Any, dict[str, Any]]] = {}
+
+
+def _metric_families(prometheus_client: Any, registry: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """The metric families of one registry, created once: a registry refuses a name registered twice."""
+    target = prometheus_client.REGISTRY if registry is None else registry
+    key = (id(target), names)
+    cached = _FAMILIES.get(key)
+    if cached is not None and cached[0] is target:
+        return cached[1]
+    counter = prometheus_client.Counter
+    labels = list(names)
+
+    def make(name: str, doc: str, extra: tuple[str, ...] = ()) -> Any:
+        return counter(name, doc, labels + list(extra), registry=target)
+
+    try:
+        families = {
+            "rounds": make("dspark_harvest_rounds", "Verify rounds recorded by the DSPARK_HARVEST plugin."),
+            "request_rounds": make(
+                "dspark_harvest_request_rounds", "Request-rounds (sum of batch sizes over verify rounds)."
+            ),
+            "accepted_tokens": make(
+                "dspark_harvest_accepted_tokens",
+                "Accepted tokens, bonus included: accept length = accepted_tokens / request_rounds.",
+            ),
+            "accepted_drafts": make("dspark_harvest_accepted_drafts", "Accepted draft tokens (no bonus)."),
+            "position": make(
+                "dspark_harvest_position_accepted",
+                "Request-rounds in which draft position k was accepted: rate = this / request_rounds.",
+                ("position",),
+            ),
+            "alarms": make("dspark_harvest_alarms", "Low accept-length alarms fired."),
+            "invalid": make("dspark_harvest_invalid_rounds", "Rounds with a count outside [0, gamma]."),
+            # A Gauge at 1, not an Info: sglang runs prometheus_client in multiprocess mode (no Info there).
+            "info": prometheus_client.Gauge(
+                "dspark_harvest_info",
+                "The harvest convention served and where it came from (value is always 1).",
+                [*labels, "harvest", "source"],
+                multiprocess_mode="max",
+                registry=target,
+            ),
+        }
+    except ValueError as exc:  # the names exist in this registry already, under other label names
+        raise SettingsError(
+            f"the dspark_harvest_* metrics are already registered in this Prometheus registry with other "
+            f"label names than {labels}: {exc}. Use one set of constant labels per registry, or pass a "
+            "fresh CollectorRegistry.",
+            where="PrometheusMetrics(labels=...)",
+        ) from exc
+    _FAMILIES[key] = (target, families)
+    return families
+
+
+class PrometheusMetrics:
+    """Prometheus counters for the accept telemetry (only when sglang runs with ``--enable-metrics``).
+
+    ``prometheus_client`` is sglang's dependency, not this package's: it is imported here, lazily.
+    Counters are pushed as deltas every ``sync_every`` rounds or ``sync_interval_s`` seconds, whichever
+    comes first (and on ``summary()``), so the per-round path pays for no lock or multiprocess file write.
+    """
+
+    def __init__(
+        self,
+        gamma: int,
+        registry: Any = None,
+        labels: Mapping[str, str] | None = None,
+        sync_every: int = 32,
+        sync_interval_s: float = 1.0,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        try:
+            import prometheus_client
+        except ImportError as exc:
+            raise SettingsError(
+                "Prometheus metrics were asked for (sglang --enable-metrics) but prometheus_client is not "
+                "installed in this environment; install it (pip install prometheus_client; sglang "
+                "depends on it) or run without --enable-metrics.",
+                where="prometheus_client",
+            ) from exc
+        if not is_int(gamma) or gamma < 1:
+            raise GeometryError(
+                f"metrics gamma={gamma!r} is not a positive integer; pass RoundGeometry.gamma.",
+                where="PrometheusMetrics(gamma=...)",
+            )
+        self.gamma = gamma
+        self.sync_every = max(1, int(sync_every))
+        self.sync_interval_s = float(sync_interval_s)
+        self._clock = clock if clock is not None else time.monotonic
+        self._synced_at = self._clock()
+        const = dict(labels or {})
+        names = list(const)
+        families = _metric_families(prometheus_client, registry, tuple(names))
+        lv = [const[n] for n in names]
+
+        def child(name: str) -> Any:
+            # prometheus_client refuses .labels() on a family without label names: it counts itself
+            return families[name].labels(*lv) if names else families[name]
+
+        self._c_rounds = child("rounds")
+        self._c_reqs = child("request_rounds")
+        self._c_tokens = child("accepted_tokens")
+        self._c_drafts = child("accepted_drafts")
+        self._c_alarms = child("alarms")
+        self._c_invalid = child("invalid")
+        self._c_position = [families["position"].labels(*lv, str(k)) for k in range(1, gamma + 1)]
+        self._info = families["info"]
+        self._label_values = lv
+        self._pushed = (0, 0, 0, [0] * gamma, 0, 0)
+
+    def set_harvest(self, harvest: str, source: str) -> None:
+        """Set the harvest info gauge (one label set at 1)."""
+        self._info.labels(*self._label_values, harvest, source).set(1)
+
+    def maybe_sync(self, telemetry: AcceptTelemetry) -> None:
+        """Called every valid round; pushes after ``sync_every`` rounds or ``sync_interval_s`` seconds."""
+        if (
+            telemetry.rounds - self._pushed[0] >= self.sync_every
+            or self._clock() - self._synced_at >= self.sync_interval_s
+        ):
+            self.sync(telemetry)
+
+    def sync(self, telemetry: AcceptTelemetry) -> None:
+        """Push the telemetry's totals as counter increments since the previous sync."""
+        if telemetry.gamma != self.gamma:
+            raise GeometryError(
+                f"metrics were built for gamma={self.gamma} but the telemetry has gamma={telemetry.gamma}; "
+                "build PrometheusMetrics with the same RoundGeometry.gamma.",
+                where="PrometheusMetrics.sync(telemetry=...)",
+            )
+        rounds, reqs, drafts, positions, alarms, invalid = self._pushed
+        now_positions = telemetry.accepted_per_position()
+        now_alarms = telemetry.alarms_fired
+        self._c_rounds.inc(telemetry.rounds - rounds)
+        self._c_reqs.inc(telemetry.request_rounds - reqs)
+        self._c_drafts.inc(telemetry.accepted_drafts - drafts)
+        self._c_tokens.inc(telemetry.accepted_drafts - drafts + telemetry.request_rounds - reqs)
+        for child, now, before in zip(self._c_position, now_positions, positions, strict=True):
+            child.inc(now - before)
+        self._c_alarms.inc(now_alarms - alarms)
+        self._c_invalid.inc(telemetry.invalid_rounds - invalid)
+        self._synced_at = self._clock()
+        self._pushed = (
+            telemetry.rounds,
+            telemetry.request_rounds,
+            telemetry.accepted_drafts,
+            now_positions,
+            now_alarms,
+            telemetry.invalid_rounds,
+        )
+
+
+__all__ = ["PrometheusMetrics"]
