@@ -3,18 +3,9 @@
 Nothing here imports sglang; the sglang glue lives in ``sglang_dspark_plugin.sglang_plugin``.
 """
 
+from . import errors
 from .draft_config import DflashCfg, Signal
-from .errors import (
-    CensusConflictError,
-    DsparkHarvestError,
-    GeometryError,
-    HarvestEnvError,
-    InvalidCheckpointError,
-    MemoryLimitError,
-    MissingBlockSizeError,
-    UnsupportedCheckpointError,
-    UsageError,
-)
+from .errors import *  # noqa: F403  (every error class: ``errors.__all__``)
 from .geometry import RoundGeometry, build_manifest
 from .harvest import ENV_VAR, DsparkHarvest, Resolution
 
@@ -28,14 +19,6 @@ __all__ = [
     "Signal",
     "RoundGeometry",
     "build_manifest",
-    "DsparkHarvestError",
-    "HarvestEnvError",
-    "CensusConflictError",
-    "UnsupportedCheckpointError",
-    "InvalidCheckpointError",
-    "GeometryError",
-    "MissingBlockSizeError",
-    "UsageError",
-    "MemoryLimitError",
     "__version__",
 ]
+__all__ += errors.__all__

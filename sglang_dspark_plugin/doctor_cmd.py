@@ -7,17 +7,18 @@ entry point; 1 otherwise. sglang is imported only when the command runs, never w
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
-EXIT_OK = 0
+from .commands import EXIT_OK, add_command, emit
+
 EXIT_PROBLEM = 1
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``doctor`` on the ``dspark-harvest`` subparsers."""
-    parser = subparsers.add_parser(
+    return add_command(
+        subparsers,
         "doctor",
         help="check the installed sglang: version, every hook the plugin relies on, registration",
         description=(
@@ -25,10 +26,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             "relies on as OK or MISSING, and whether DSPARK_HARVEST is registered through the "
             "sglang.srt.plugins entry point. Exit status 1 when anything is missing."
         ),
+        run=run,
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    parser.set_defaults(func=run)
-    return parser
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,11 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from .sglang_plugin.doctor import doctor_report, format_report
 
     report = doctor_report()
-    if args.json:
-        json.dump(report, sys.stdout, indent=2, sort_keys=True)
-        sys.stdout.write("\n")
-    else:
-        print(format_report(report))
+    emit(sys.stdout, args.json, lambda: report, lambda: format_report(report), sort_keys=True)
     return EXIT_OK if report["ok"] else EXIT_PROBLEM
 
 

@@ -13,18 +13,17 @@ import sys
 from typing import Any, TextIO
 
 from .checkpoint_files import printable
+from .commands import EXIT_OK, EXIT_REFUSED, add_command, emit, refuse
 from .draft_config import TIER_EXPLICIT, TIER_INFO, TIER_STRUCTURAL
 from .errors import DsparkHarvestError
-
-EXIT_OK = 0
-EXIT_REFUSED = 2
 
 TIER_NAMES = {TIER_EXPLICIT: "explicit", TIER_STRUCTURAL: "structural", TIER_INFO: "info"}
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``inspect`` on the ``dspark-harvest`` subparsers."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "inspect",
         help="census of a draft checkpoint: evidence, resolved harvest, geometry (reads no weights)",
         description=(
@@ -32,10 +31,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             "tensors), list every signal of its training strategy with tier and vote, and print the "
             "harvest the plugin would serve (MEMRA_DSPARK_HARVEST overrides) and the round geometry."
         ),
+        run=run,
     )
     parser.add_argument("path", metavar="PATH", help="checkpoint folder, or a hub id in the local HF cache")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    parser.set_defaults(func=run)
     return parser
 
 
@@ -94,12 +92,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     try:
         report = inspect_checkpoint(args.path)
     except DsparkHarvestError as exc:
-        print(exc.render("inspect", as_json=args.json), file=out)
-        return EXIT_REFUSED
-    if args.json:
-        print(json.dumps(report, indent=2, default=str), file=out)
-    else:
-        print(format_report(report), file=out)
+        return refuse(exc, "inspect", args.json, out)
+    emit(out, args.json, lambda: report, lambda: format_report(report))
     return EXIT_OK
 
 
