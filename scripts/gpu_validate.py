@@ -386,7 +386,20 @@ def embedded_command(args: argparse.Namespace, run: Any, draft: Path | None) -> 
     ]
     if run is not None:
         cmd += ["--speculative-algorithm", run.algorithm, "--speculative-draft-model-path", str(draft)]
+        for name, value in run.extra_args:
+            cmd += ["--" + name.replace("_", "-"), str(value)]
     return cmd + shlex.split(args.extra_args)
+
+
+def server_sglang_version(python: str) -> str | None:
+    """The sglang version ``python`` imports, or None where it has none."""
+    proc = subprocess.run(
+        [python, "-c", "import sglang; print(sglang.__version__)"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return proc.stdout.strip() or None if proc.returncode == 0 else None
 
 
 def serve_outcome(
@@ -459,9 +472,13 @@ def run_embedded(args: argparse.Namespace) -> int:
     prompts = [tok(t, add_special_tokens=False)["input_ids"] for t in EMBEDDED.prompts]
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
     drafters = sc.drafter_folders(EMBEDDED.root, Path(tempfile.mkdtemp(dir=args.workdir)))
-    runs = sc.runs_of()
+    version = server_sglang_version(args.python)
+    cases = sc.CASES if version is None else sc.cases_for(version)  # no sglang (dry run): every case
+    runs = sc.runs_of(cases)
     if args.dry_run:
-        print(f"# served cases: {', '.join(c.name for c in sc.CASES)}")
+        print(
+            f"# served cases (sglang {version or 'not installed: all'}): {', '.join(c.name for c in cases)}"
+        )
         print("# baseline")
         print(shlex.join(embedded_command(args, None, None)))
         for run in runs:
@@ -478,27 +495,31 @@ def run_embedded(args: argparse.Namespace) -> int:
         print(f"[gpu_validate] {run.name}: launching", flush=True)
         cmd = embedded_command(args, run, drafters[run.drafter])
         got[run.name] = serve_outcome(args, run.name, cmd, run.env(), prompts, run.concurrent)
-    checks: list[tuple[str, Any]] = []
-    for case in sc.CASES:
-        if case.kind == "identical":
-            results = sc.check_identical(got[case.runs[0]], got[case.runs[1]], greedy)
-        elif case.kind == "reference":
-            results = []
-            for name in case.runs:
-                run = sc.RUNS[name]
-                tokens, rounds = reference_rounds(drafters[run.drafter], run.served_harvest, prompts)
-                results += sc.check_reference(run, got[name], tokens, rounds, greedy)
-        elif case.kind == "collapse":
-            results = sc.check_collapse({n: got[n] for n in case.runs}, greedy)
-        else:
-            results = [c for n in case.runs for c in sc.check_concurrent(got[n], greedy)]
-        checks += [(case.name, c) for c in results]
+    checks = [(case.name, c) for case in cases for c in case_checks(sc, case, got, greedy, drafters, prompts)]
     for case_name, c in checks:
         print(f"{'PASS' if c.ok else 'FAIL'} {case_name}: {c.name}" + (f" ({c.detail})" if c.detail else ""))
     if args.out:
         report = {"checks": [{"case": n, "check": c.name, "ok": c.ok, "detail": c.detail} for n, c in checks]}
         Path(args.out).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return 0 if all(c.ok for _, c in checks) else 1
+
+
+def case_checks(
+    sc: Any, case: Any, got: dict[str, Any], greedy: Any, drafters: dict[str, Path], prompts: Any
+) -> list[Any]:
+    """The checks of one served case over the outcomes ``got``, as the CPU served tests make them."""
+    if case.kind == "identical":
+        return sc.check_identical(got[case.runs[0]], got[case.runs[1]], greedy)
+    if case.kind == "reference":
+        results = []
+        for name in case.runs:
+            run = sc.RUNS[name]
+            tokens, rounds = reference_rounds(drafters[run.drafter], run.served_harvest, prompts)
+            results += sc.check_reference(run, got[name], tokens, rounds, greedy)
+        return results
+    if case.kind == "collapse":
+        return sc.check_collapse({n: got[n] for n in case.runs}, greedy)
+    return [c for n in case.runs for c in sc.check_concurrent(got[n], greedy)]
 
 
 def main(argv: list[str] | None = None) -> int:

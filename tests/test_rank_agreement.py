@@ -36,7 +36,7 @@ def _rank_main(rank: int, world: int, port: int, local: dict, out: mp.Queue) -> 
     if "hf_hub_cache" in local:  # this rank's node: its own cache folder, the values computed here
         try:
             local = _served_values(**local)
-        except Exception:  # a crash must surface in the parent, not hang it
+        except Exception:  # noqa: BLE001 - a crash must surface in the parent, not hang it
             out.put((rank, "crash", traceback.format_exc()))
             return
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
@@ -49,7 +49,7 @@ def _rank_main(rank: int, world: int, port: int, local: dict, out: mp.Queue) -> 
         except RankDisagreementError as exc:
             refusal = {"message": exc.message, "table": exc.table, "differing": exc.differing}
             out.put((rank, "refused", refusal))
-        except Exception:  # a crash must surface in the parent, not hang it
+        except Exception:  # noqa: BLE001 - a crash must surface in the parent, not hang it
             out.put((rank, "crash", traceback.format_exc()))
     finally:
         dist.destroy_process_group()

@@ -37,9 +37,11 @@ def _factory(server_args: Any) -> type:
 
     contract.require_worker_contract()  # the workers' entries, deferred from registration
     from . import workers
+    from .layout import layout_of
     from .resolution import served
 
-    return workers.worker_class_for(served(server_args).resolution.harvest)
+    s = served(server_args)
+    return workers.worker_class_for(s.resolution.harvest, layout_of(s).builtin)
 
 
 def register() -> bool:

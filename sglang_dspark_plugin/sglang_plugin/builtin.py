@@ -31,11 +31,11 @@ from typing import Any
 
 from ..errors import GeometryError
 from ..harvest import DsparkHarvest
+from .layout import layout_of
 from .resolution import (
     ALGORITHM,
     Served,
     announce,
-    builtin_name,
     declare_args,
     read_arg,
     unwrap_record,
@@ -71,12 +71,22 @@ def rewrite_to_builtin(server_args: Any) -> Served | None:
         return None
     s = served_or_refused(record)
     g = s.geometry
-    builtin = builtin_name(g.harvest)
+    layout = layout_of(s)
+    builtin = layout.builtin
     override_steps_and_topk(record, builtin)
     # The builtin reads the block size from the checkpoint itself (a block-size flag that contradicts
     # it was refused above) and derives steps and topk; the plugin only names the builtin and the verify
     # window its harvest needs, so everything else resolves exactly as for a plain DFLASH/DSPARK launch.
-    declare_args(record, SOURCE, speculative_algorithm=builtin, speculative_num_draft_tokens=g.verify_window)
+    # A mask-fill DSpark drafter: sglang's DSPARK takes gamma from the config's block_size (a b-row block
+    # read as b drafts plus a query row); its gamma is b-1, the rows the drafter was trained for.
+    gamma_flag = {"speculative_dspark_block_size": g.gamma} if layout.mask_fill_dspark else {}
+    declare_args(
+        record,
+        SOURCE,
+        speculative_algorithm=builtin,
+        speculative_num_draft_tokens=g.verify_window,
+        **gamma_flag,
+    )
     marker = {
         "harvest": g.harvest.name(),
         "builtin": builtin,
@@ -84,6 +94,7 @@ def rewrite_to_builtin(server_args: Any) -> Served | None:
         "checkpoint": s.cfg.path,
         "verify_window": g.verify_window,
         "block_size": g.block_size,
+        "sample_from_anchor": layout.sample_from_anchor,
     }
     setattr(record, MARKER_ATTR, marker)  # 0.5.23 seals fields but allows private names
     os.environ[MARKER_ENV] = json.dumps(marker, sort_keys=True)
@@ -91,7 +102,7 @@ def rewrite_to_builtin(server_args: Any) -> Served | None:
     logger.info(
         "%s: served as sglang's builtin %s (sglang reports the algorithm as %s from here on)",
         ALGORITHM,
-        builtin,
+        layout.describe(),
         builtin,
     )
     return s
@@ -178,14 +189,14 @@ def worker_after_create(result: Any, algorithm: Any, server_args: Any, *args: An
     from .workers import worker_class_for
 
     harvest = DsparkHarvest.from_name(marker["harvest"])
-    if harvest is None or builtin_name(harvest) != name:
+    if harvest is None or marker["builtin"] != name:
         raise GeometryError(
             f"{ALGORITHM}: sglang is building a {name} worker but the plugin resolved the draft to the "
             f"{marker['harvest']} harvest ({marker['builtin']}); refusing rather than serving the wrong "
             "convention. Restart the server with one MEMRA_DSPARK_HARVEST for every process.",
             where="speculative_algorithm",
         )
-    return worker_class_for(harvest)
+    return worker_class_for(harvest, name)
 
 
 def register_early_hooks() -> str:

@@ -146,6 +146,9 @@ def served(server_args: Any) -> Served:
         if isinstance(err, ValueError):
             raise
         raise ServeRefusal.wrap(err) from err
+    from .layout import layout_for
+
+    layout = layout_for(resolution.harvest, cfg)
     manifest = build_manifest(
         geometry,
         resolution,
@@ -153,7 +156,8 @@ def served(server_args: Any) -> Served:
         producer="sglang-plugin",
         extra={
             "algorithm": ALGORITHM,
-            "sglang_builtin": builtin_name(resolution.harvest),
+            "sglang_builtin": layout.builtin,
+            **layout.manifest_fields(),
             "speculative_num_draft_tokens": geometry.verify_window,
             "block_size_source": block_size_source,
         },
@@ -210,11 +214,18 @@ def describe(s: Served) -> str:
     else:
         src = "default (no training-strategy signal in the checkpoint; the historical mask-fill arm)"
     return (
-        f"{ALGORITHM}: harvest={g.harvest.name()} ({builtin_name(g.harvest)} semantics) from {src}; "
+        f"{ALGORITHM}: harvest={g.harvest.name()} ({_builtin_text(s)} semantics) from {src}; "
         f"block_size={g.block_size}{_block_size_note(s)}, drafts per round={g.gamma} "
         f"(rows {g.harvested_rows[0]}..{g.harvested_rows[-1]}), verify window={g.verify_window}; "
         f"checkpoint {s.cfg.path}"
     )
+
+
+def _builtin_text(s: Served) -> str:
+    """The builtin serving ``s`` (``DSPARK, sample_from_anchor=false`` for a mask-fill DSpark drafter)."""
+    from .layout import layout_for
+
+    return layout_for(s.geometry.harvest, s.cfg).describe()
 
 
 def _block_size_note(s: Served) -> str:

@@ -26,6 +26,7 @@ from sglang.srt.speculative.spec_registry import CustomSpecAlgo
 from ..errors import DsparkHarvestError, GeometryError
 from ..geometry import RoundGeometry
 from ..harvest import ENV_VAR, DsparkHarvest
+from .layout import layout_of
 from .resolution import (
     ALGORITHM,
     Served,
@@ -75,9 +76,10 @@ ARM_DEPENDENT = (
 )
 
 
-def builtin_member(harvest: DsparkHarvest) -> SpeculativeAlgorithm:
-    """The builtin enum member whose semantics the arm serves."""
-    return SpeculativeAlgorithm[builtin_name(harvest)]
+def builtin_member(harvest: DsparkHarvest, builtin: str | None = None) -> SpeculativeAlgorithm:
+    """The builtin enum member whose semantics the arm serves: ``builtin`` when the layout named it
+    (a mask-fill DSpark drafter is served by DSPARK), else the harvest's own."""
+    return SpeculativeAlgorithm[builtin or builtin_name(harvest)]
 
 
 class DsparkHarvestSpecAlgo(CustomSpecAlgo):
@@ -95,6 +97,7 @@ class DsparkHarvestSpecAlgo(CustomSpecAlgo):
             name, factory, supports_overlap=supports_overlap, validate_server_args=validate_server_args
         )
         self._harvest: DsparkHarvest | None = None
+        self._builtin: str | None = None
 
     def __repr__(self) -> str:
         arm = "unresolved" if self._harvest is None else self._harvest.name()
@@ -113,21 +116,22 @@ class DsparkHarvestSpecAlgo(CustomSpecAlgo):
                     "scheduler; if you build ServerArgs yourself, call resolve_once() (0.5.23) or "
                     "publish them before asking for DFLASH/DSPARK-specific predicates."
                 )
-            self._resolve_arm(served(server_args).resolution.harvest)
+            s = served(server_args)
+            self._resolve_arm(s.resolution.harvest, layout_of(s).builtin)
         assert self._harvest is not None
         return self._harvest
 
-    def _resolve_arm(self, harvest: DsparkHarvest) -> None:
+    def _resolve_arm(self, harvest: DsparkHarvest, builtin: str | None = None) -> None:
         """Fix the arm, and answer every mirrored predicate with the builtin member's own bound method
         from now on: the same object sglang calls for DFLASH/DSPARK, so the same cost per call."""
-        self._harvest = harvest
-        member = builtin_member(harvest)
+        self._harvest, self._builtin = harvest, builtin
+        member = builtin_member(harvest, builtin)
         for name in (*ARM_INDEPENDENT, *ARM_DEPENDENT):
             if hasattr(member, name):
                 setattr(self, name, getattr(member, name))
 
     def _member(self) -> SpeculativeAlgorithm:
-        return builtin_member(self.harvest)
+        return builtin_member(self.harvest, self._builtin)
 
     def _any_member(self) -> SpeculativeAlgorithm:
         # Arm-independent predicates: both members agree, so an unresolved arm may answer with DFLASH.
@@ -239,11 +243,10 @@ class DsparkHarvestSpecAlgo(CustomSpecAlgo):
         )
         s = served_or_refused(record)
         g = s.geometry
-        member = builtin_member(g.harvest)
+        layout = layout_of(s)
+        member = builtin_member(g.harvest, layout.builtin)
         block_flag = (
-            "speculative_dflash_block_size"
-            if g.harvest is DsparkHarvest.DFLASH
-            else "speculative_dspark_block_size"
+            "speculative_dflash_block_size" if member.name == "DFLASH" else "speculative_dspark_block_size"
         )
         override_steps_and_topk(record, member.name)
         declare_args(
@@ -252,7 +255,8 @@ class DsparkHarvestSpecAlgo(CustomSpecAlgo):
             speculative_num_draft_tokens=g.verify_window,
             speculative_num_steps=1,
             speculative_eagle_topk=1,
-            **{block_flag: g.block_size},
+            # DSPARK reads its flag as gamma: b for a shifted drafter, b-1 for a mask-fill one
+            **{block_flag: g.gamma if layout.mask_fill_dspark else g.block_size},
         )
         device = str(read_arg(record, "device") or "")
         if device == "cpu":
@@ -276,7 +280,7 @@ class DsparkHarvestSpecAlgo(CustomSpecAlgo):
                 f"{g.verify_window}; this sglang version is not supported (run `dspark-harvest doctor`).",
                 where="speculative_num_draft_tokens",
             )
-        self._resolve_arm(g.harvest)
+        self._resolve_arm(g.harvest, member.name)
         announce(s)
 
 

@@ -83,6 +83,7 @@ from ..harvest import ENV_VAR, DsparkHarvest
 from ..rank_agreement import agreement_values, check_rank_agreement
 from ..tensor_headers import markov_head, tensor_headers
 from .hooks import PARSE_HOOK_TARGET, RESULT_HOOK_TARGET, TARGET_CONTRACT, register_hooks, same_path
+from .layout import layout_of, require_layout
 
 if TYPE_CHECKING:
     from ..telemetry import AcceptTelemetry
@@ -191,16 +192,20 @@ def prepare_dspark_arm_config(
     markov_rank: int | None = None,
     mask_token_id: int | None = None,
     markov_head_type: str | None = None,
+    sample_from_anchor: bool = True,
 ) -> bool:
-    """Make a draft ``hf_config`` say what the dspark arm serves; True when it has no Markov head.
+    """Make a draft ``hf_config`` say what the DSpark worker serves; True when it has no Markov head.
 
     ``markov_rank`` is the census's reading (it also knows spellings sglang does not read, such as
     ``dflash_config.markov_rank``); ``None`` keeps sglang's own reading. Sets ``sample_from_anchor =
     True`` (anchor-first, the shifted convention); a checkpoint without a Markov head gets a rank-1
     vanilla head, zeroed by ``HarvestDSparkDraftModel``; ``mask_token_id`` comes from the census when
     sglang's DSpark lookup finds none. Raises ``InvalidCheckpointError`` when sglang cannot parse it.
+    ``sample_from_anchor=False`` is the mask-fill layout (a mask-fill drafter with a Markov head,
+    ``layout.MASK_FILL_DSPARK``): whatever spelling the checkpoint declared it in, sglang reads the top
+    level only.
     """
-    _cfg_set(config, "sample_from_anchor", True)
+    _cfg_set(config, "sample_from_anchor", bool(sample_from_anchor))
     try:
         parsed = parse_dspark_draft_config(draft_hf_config=config)
     except ValueError as exc:
@@ -324,6 +329,7 @@ class _DraftRoute:
     markov_rank: int | None
     mask_token_id: int | None
     markov_head_type: str | None = None
+    sample_from_anchor: bool = True
 
 
 class HarvestDSparkDraftModel(DSparkDraftModel):
@@ -339,6 +345,7 @@ class HarvestDSparkDraftModel(DSparkDraftModel):
             markov_rank=route.markov_rank,
             mask_token_id=route.mask_token_id,
             markov_head_type=route.markov_head_type,
+            sample_from_anchor=route.sample_from_anchor,
         )
         super().__init__(config=config, quant_config=quant_config, prefix=prefix)
         self.dspark_harvest_zero_markov = no_markov
@@ -410,8 +417,8 @@ def _dflash_arm_names(architectures: list[str] | tuple[str, ...], markov_rank: i
         raise UnsupportedCheckpointError(
             f"this drafter is mask-fill (dflash harvest) but has a rank-{markov_rank} Markov head "
             f"(architectures={list(architectures)!r}); sglang's DFlash worker has no Markov head and would "
-            "silently drop it. Serve it with sglang 0.5.23's --speculative-algorithm DSPARK (which reads "
-            f"sample_from_anchor=false), or, if it was trained shifted, with {ENV_VAR}=dspark.",
+            "silently drop it. DSPARK_HARVEST serves it through DSPARK with sample_from_anchor=false "
+            f"(sglang 0.5.23 or later), or, if it was trained shifted, with {ENV_VAR}=dspark.",
             where="config.json: architectures / markov_rank",
         )
     return names
@@ -424,15 +431,18 @@ def dspark_draft_route(
     markov_rank: int | None = None,
     mask_token_id: int | None = None,
     markov_head_type: str | None = None,
+    sample_from_anchor: bool = True,
 ) -> Iterator[None]:
-    """While the dspark-arm worker builds its draft, the draft's architecture names load our model.
+    """While the DSpark worker builds its draft, the draft's architecture names load our model.
 
     The swap is in this process's ``ModelRegistry`` only and is undone on exit, so the target (already
     loaded) and any later model load see sglang's own classes.
     """
     names = _dspark_arm_names(architectures)
     with _route_lock:
-        HarvestDSparkDraftModel._route = _DraftRoute(markov_rank, mask_token_id, markov_head_type)
+        HarvestDSparkDraftModel._route = _DraftRoute(
+            markov_rank, mask_token_id, markov_head_type, sample_from_anchor
+        )
         try:
             with _registry_swap(names, HarvestDSparkDraftModel):
                 yield
@@ -544,7 +554,7 @@ def check_servable(served: Any) -> None:
     """
     cfg = served.cfg
     architectures = _architectures(cfg)
-    if served.resolution.harvest is DsparkHarvest.DSPARK:
+    if require_layout(served).builtin == "DSPARK":
         _require_mask_token(cfg)
         _dspark_arm_names(architectures)
         _require_markov_head_type(cfg)
@@ -626,13 +636,14 @@ class _HarvestWorkerMixin:
                 f"disagree. Check that {ENV_VAR} is the same in every process of this server.",
                 where=ENV_VAR,
             )
-        from .resolution import builtin_name, read_arg
+        from .resolution import read_arg
 
         running_as = str(read_arg(server_args, "speculative_algorithm") or "").upper()
-        if running_as in ("DFLASH", "DSPARK") and running_as != builtin_name(harvest):
+        builtin = layout_of(served).builtin
+        if running_as in ("DFLASH", "DSPARK") and running_as != builtin:
             raise GeometryError(
                 f"{type(self).__name__}: sglang runs this server as {running_as} but the draft "
-                f"{served.cfg.path} resolves to the {harvest.name()} harvest ({builtin_name(harvest)}) in "
+                f"{served.cfg.path} resolves to the {harvest.name()} harvest ({builtin}) in "
                 f"this process ({served.resolution.source}); refusing rather than serving the wrong "
                 f"convention. Check that {ENV_VAR} is the same in every process of this server.",
                 where="speculative_algorithm",
@@ -730,13 +741,18 @@ class HarvestDSparkWorker(_HarvestWorkerMixin, DSparkWorkerV2):
     """The dspark arm: sglang's DSPARK worker, anchor-first, gamma = b drafts, verify window b+1."""
 
     dspark_harvest = DsparkHarvest.DSPARK
+    dspark_sample_from_anchor: ClassVar[bool] = True
 
     def _dspark_route(self, server_args: Any) -> contextlib.AbstractContextManager[None]:
         cfg = self._dspark_harvest_init(server_args).cfg
         _require_mask_token(cfg)
         rank, head_type = served_markov_head(cfg)
         return dspark_draft_route(
-            _architectures(cfg), markov_rank=rank, mask_token_id=cfg.mask_token_id, markov_head_type=head_type
+            _architectures(cfg),
+            markov_rank=rank,
+            mask_token_id=cfg.mask_token_id,
+            markov_head_type=head_type,
+            sample_from_anchor=self.dspark_sample_from_anchor,
         )
 
     if _DSPARK_TAKES_PS:
@@ -747,9 +763,7 @@ class HarvestDSparkWorker(_HarvestWorkerMixin, DSparkWorkerV2):
 
     elif _DSPARK_TAKES_DRAFT_WORKER_CLS:
 
-        def __init__(
-            self, server_args, gpu_id, nccl_port, target_worker, draft_worker_cls=TpModelWorker
-        ):
+        def __init__(self, server_args, gpu_id, nccl_port, target_worker, draft_worker_cls=TpModelWorker):
             with self._dspark_route(server_args):
                 super().__init__(server_args, gpu_id, nccl_port, target_worker, draft_worker_cls)
 
@@ -760,20 +774,33 @@ class HarvestDSparkWorker(_HarvestWorkerMixin, DSparkWorkerV2):
                 super().__init__(server_args, gpu_id, nccl_port, target_worker)
 
 
-_WORKERS: dict[DsparkHarvest, type] = {
-    DsparkHarvest.DFLASH: HarvestDFlashWorker,
-    DsparkHarvest.DSPARK: HarvestDSparkWorker,
+class HarvestMaskFillDSparkWorker(HarvestDSparkWorker):
+    """A mask-fill drafter with a DSpark architecture and a Markov head (``layout.MASK_FILL_DSPARK``):
+    sglang 0.5.23's DSPARK worker with ``sample_from_anchor`` false. The query is
+    ``[anchor, MASK x (b-1)]``, the anchor row's output is dropped, rows 1..b-1 are the b-1 drafts (the
+    Markov chain starts at the anchor), verify window b: the dflash harvest, with the Markov head."""
+
+    dspark_harvest = DsparkHarvest.DFLASH
+    dspark_sample_from_anchor = False
+
+
+_WORKERS: dict[tuple[DsparkHarvest, str], type] = {
+    (DsparkHarvest.DFLASH, "DFLASH"): HarvestDFlashWorker,
+    (DsparkHarvest.DSPARK, "DSPARK"): HarvestDSparkWorker,
+    (DsparkHarvest.DFLASH, "DSPARK"): HarvestMaskFillDSparkWorker,
 }
 
 
-def worker_class_for(harvest: DsparkHarvest) -> type:
-    """The worker class sglang's scheduler instantiates for a resolved harvest."""
+def worker_class_for(harvest: DsparkHarvest, builtin: str | None = None) -> type:
+    """The worker class sglang's scheduler instantiates for a resolved harvest, served as ``builtin``
+    (default: the harvest's own builtin; DSPARK for a mask-fill DSpark drafter, ``layout.layout_for``)."""
     try:
-        return _WORKERS[harvest]
-    except KeyError:
+        return _WORKERS[harvest, builtin or ("DFLASH" if harvest is DsparkHarvest.DFLASH else "DSPARK")]
+    except (KeyError, TypeError):
         raise GeometryError(
-            f"no DSPARK_HARVEST worker for harvest {harvest!r}; expected one of "
-            f"{', '.join(h.name() for h in _WORKERS)}.",
+            f"no DSPARK_HARVEST worker for harvest {harvest!r} served as {builtin!r}; expected one of "
+            + ", ".join(f"{h.name()} as {b}" for h, b in _WORKERS)
+            + ".",
             where="worker_class_for",
         ) from None
 
@@ -784,6 +811,7 @@ __all__ = [
     "DSPARK_ARCHITECTURES",
     "HarvestDFlashWorker",
     "HarvestDSparkWorker",
+    "HarvestMaskFillDSparkWorker",
     "HarvestDSparkDraftModel",
     "PARSE_HOOK_TARGET",
     "RESULT_HOOK_TARGET",

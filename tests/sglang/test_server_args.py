@@ -20,6 +20,7 @@ from conftest import TARGET_CONFIG, PluginLog
 from sglang.srt.server_args import ServerArgs, prepare_server_args
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
+from sglang_dspark_plugin.architectures import DSPARK_ARCHITECTURES
 from sglang_dspark_plugin.errors import (
     DsparkHarvestError,
     GeometryError,
@@ -83,7 +84,7 @@ def _plugin_outcome(name: str, env: str | None) -> tuple[str, str]:
         arm = fx.expect
     if arm_cannot_build(name, arm):
         return ("error", "unsupported")
-    if arm == "dspark" and rank_without_head_type(name):
+    if builtin_for(name, arm) == "DSPARK" and rank_without_head_type(name):
         return ("error", "invalid")  # sglang's own parse of its config.json refuses it
     return ("ok", arm)
 
@@ -91,22 +92,33 @@ def _plugin_outcome(name: str, env: str | None) -> tuple[str, str]:
 DENSE_DSPARK = ("DSparkDraftModel", "Qwen3DSparkModel", "LingDSparkModel")  # sglang's models/dspark.py
 
 
-def arm_cannot_build(name: str, arm: str) -> bool:
-    """The arm's worker cannot build this drafter, so argument resolution refuses it already.
+def builtin_for(name: str, arm: str) -> str:
+    """The builtin serving a fixture under an arm: DSPARK for the shifted arm, and for a mask-fill drafter
+    with a DSpark architecture name and a Markov head (DSPARK's sample_from_anchor=false layout)."""
+    fx = FIXTURES[name]
+    if arm == "dspark":
+        return "DSPARK"
+    has_markov_head = any(k.startswith("markov_head.") for k in fx.tensors)
+    dspark_name = any(a in DSPARK_ARCHITECTURES for a in fx.config.get("architectures") or [])
+    return "DSPARK" if has_markov_head and dspark_name else "DFLASH"
 
-    dspark arm: sglang's dense DSpark model (or a DFlash-named drafter) only, with the target's
-    vocabulary; dflash arm: a DSpark-named drafter loads as sglang's DFlashDraftModel only when it has
-    no Markov head to drop.
+
+def arm_cannot_build(name: str, arm: str) -> bool:
+    """The worker serving the arm cannot build this drafter, so argument resolution refuses it already.
+
+    DSPARK: sglang's dense DSpark model (or a DFlash-named drafter) only, with the target's vocabulary;
+    a mask-fill drafter served by DSPARK needs sglang 0.5.23 (0.5.17 has no such layout). DFLASH: a
+    DSpark-named drafter without a Markov head loads as sglang's DFlashDraftModel.
     """
     fx = FIXTURES[name]
-    architectures = fx.config.get("architectures") or []
-    if arm == "dspark":
-        vocab = fx.config.get("vocab_size")  # the Markov head (the zero head too) is sized from it
-        if vocab is not None and vocab != TARGET_CONFIG["vocab_size"]:
-            return True
-        return not any(a in (*DENSE_DSPARK, "DFlashDraftModel") for a in architectures)
-    has_markov_head = any(k.startswith("markov_head.") for k in fx.tensors)
-    return has_markov_head and any(a in DENSE_DSPARK for a in architectures)
+    if builtin_for(name, arm) == "DFLASH":
+        return False
+    if arm == "dflash" and not IS_0523:
+        return True
+    vocab = fx.config.get("vocab_size")  # the Markov head (the zero head too) is sized from it
+    if vocab is not None and vocab != TARGET_CONFIG["vocab_size"]:
+        return True
+    return not any(a in (*DENSE_DSPARK, "DFlashDraftModel") for a in fx.config.get("architectures") or [])
 
 
 def rank_without_head_type(name: str) -> bool:
@@ -157,7 +169,7 @@ def test_every_fixture_and_env(
     b = fx.block_size
     assert b is not None
     width = expected_verify_window(b, detail)
-    builtin = "DFLASH" if detail == "dflash" else "DSPARK"
+    builtin = builtin_for(name, detail)
     assert view.speculative_algorithm == builtin  # served as the builtin it resolves to
     assert getattr(record, builtin_mod.MARKER_ATTR)["harvest"] == detail
     assert view.speculative_num_draft_tokens == width
@@ -172,9 +184,11 @@ def test_every_fixture_and_env(
     assert served.geometry.verify_window == width
     algo = SpeculativeAlgorithm.from_string(view.speculative_algorithm)
     assert algo is SpeculativeAlgorithm[builtin]  # sglang's own member: its predicates, its checks
-    assert algo.create_worker(record).__name__ == (
-        "HarvestDFlashWorker" if detail == "dflash" else "HarvestDSparkWorker"
-    )
+    assert algo.create_worker(record).__name__ == {
+        ("dflash", "DFLASH"): "HarvestDFlashWorker",
+        ("dspark", "DSPARK"): "HarvestDSparkWorker",
+        ("dflash", "DSPARK"): "HarvestMaskFillDSparkWorker",
+    }[detail, builtin]
 
 
 @pytest.mark.parametrize("env", (None, "dflash", "dspark"), ids=lambda v: f"env={v!r}")
@@ -194,14 +208,14 @@ def test_cuda_device_runs_the_builtin_handler(
             resolve(target_dir, write_checkpoint(checkpoint_dir, name), device="cuda")
         assert info.value.kind == "unsupported"
         return
-    if arm == "dspark" and rank_without_head_type(name):
+    if builtin_for(name, arm) == "DSPARK" and rank_without_head_type(name):
         with pytest.raises(InvalidCheckpointError, match="markov_head_type"):
             resolve(target_dir, write_checkpoint(checkpoint_dir, name), device="cuda")
         return
     _, view = resolve(target_dir, write_checkpoint(checkpoint_dir, name), device="cuda")
     assert view.speculative_num_draft_tokens == expected_verify_window(fx.block_size, arm)
     assert view.max_running_requests == 48  # set only by sglang's builtin DFlash-family handlers
-    if arm == "dflash":
+    if builtin_for(name, arm) == "DFLASH":
         assert view.speculative_draft_attention_backend is not None  # _resolve_dflash_draft_attention_backend
 
 
@@ -317,7 +331,7 @@ def test_config_files(
             resolve(target_dir, write_checkpoint(checkpoint_dir, name), config=config)
         return
     _, view = resolve(target_dir, write_checkpoint(checkpoint_dir, name), config=config)
-    assert view.speculative_algorithm == ("DFLASH" if arm == "dflash" else "DSPARK")
+    assert view.speculative_algorithm == builtin_for(name, arm)
     assert view.speculative_num_draft_tokens == expected_verify_window(fx.block_size, arm)
     parser = argparse.ArgumentParser()
     ServerArgs.add_cli_args(parser)

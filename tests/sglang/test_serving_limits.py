@@ -20,11 +20,11 @@ from checkpoints import FIXTURES, Fixture, write_checkpoint
 from conftest import PluginLog
 from sglang.srt.layers import dp_attention
 from sglang.srt.runtime_context import get_parallel
-from test_server_args import resolve
+from test_server_args import IS_0523, resolve
 from transformers import PretrainedConfig
 
 from sglang_dspark_plugin.errors import InvalidCheckpointError, MissingBlockSizeError
-from sglang_dspark_plugin.sglang_plugin import register, resolution, workers
+from sglang_dspark_plugin.sglang_plugin import builtin, register, resolution, workers
 
 SPECFORGE = FIXTURES["specforge_dspark"]
 PLAIN = FIXTURES["dspark_markov_rank0"]
@@ -76,12 +76,19 @@ def test_a_markov_head_only_the_tensors_declare_is_served_at_its_rank(
     assert zero_head is False
     assert (config.markov_rank, config.markov_head_type) == (rank, head_type)
 
-    # The dflash arm would drop it: refused at argument time too.
+    # Mask-fill (forced dflash): DFLASH would drop the head. 0.5.23 serves it as DSPARK with
+    # sample_from_anchor=false (b-1 drafts, window b); 0.5.17 has no such layout: refused at argument time.
     resolution.clear_cache()
     monkeypatch.setenv("MEMRA_DSPARK_HARVEST", "dflash")
-    with pytest.raises(ValueError, match=f"rank-{rank} Markov head") as info:
-        resolve(target_dir, draft)
-    assert info.value.kind == "unsupported"
+    if not IS_0523:
+        with pytest.raises(ValueError, match=f"rank-{rank} Markov head") as info:
+            resolve(target_dir, draft)
+        assert info.value.kind == "unsupported" and "0.5.23" in info.value.message
+        return
+    record, view = resolve(target_dir, draft)
+    assert view.speculative_algorithm == "DSPARK" and view.speculative_num_draft_tokens == 7
+    assert view.speculative_dspark_block_size == 6  # DSPARK's gamma: the b-1 rows trained
+    assert getattr(record, builtin.MARKER_ATTR)["sample_from_anchor"] is False
 
 
 def test_a_markov_head_of_no_known_type_is_refused_at_argument_time(target_dir: Path, tmp_path: Path) -> None:

@@ -87,6 +87,27 @@ def test_worker_class_for_each_harvest_is_a_subclass_of_sglangs_worker_for_that_
     assert dspark.dspark_harvest is DsparkHarvest.DSPARK
     with pytest.raises(GeometryError, match="no DSPARK_HARVEST worker"):
         worker_class_for("dspark")  # type: ignore[arg-type]
+    # a mask-fill drafter with a DSpark name and a Markov head: DSPARK's worker, the dflash harvest
+    maskfill = worker_class_for(DsparkHarvest.DFLASH, "DSPARK")
+    assert maskfill is workers.HarvestMaskFillDSparkWorker and issubclass(maskfill, DSparkWorkerV2)
+    assert maskfill.dspark_harvest is DsparkHarvest.DFLASH and maskfill.dspark_sample_from_anchor is False
+    assert worker_class_for(DsparkHarvest.DSPARK, "DSPARK") is dspark
+    with pytest.raises(GeometryError, match="no DSPARK_HARVEST worker"):
+        worker_class_for(DsparkHarvest.DSPARK, "DFLASH")  # a shifted drafter is never DFLASH's
+
+
+def test_the_mask_fill_layout_is_set_at_the_top_level_where_sglang_reads_it(tmp_path):
+    # whatever spelling declared it (here dspark_bonus_anchor), the DSpark model reads the top level only
+    config = _hf_config("dspark_bonus_anchor")
+    config.markov_head_type = "vanilla"
+    assert prepare_dspark_arm_config(config, markov_rank=4, sample_from_anchor=False) is False
+    assert config.sample_from_anchor is False
+    if SGLANG_023:
+        from sglang.srt.speculative.dspark_components.dspark_config import get_dspark_sample_from_anchor
+
+        assert get_dspark_sample_from_anchor(config) is False
+    assert prepare_dspark_arm_config(config, markov_rank=4) is False  # the shifted arm: anchor-first
+    assert config.sample_from_anchor is True
 
 
 def _shape(fn) -> list[tuple[str, object, object]]:
@@ -124,7 +145,9 @@ def test_the_workers_override_nothing_on_the_round_path():
 
     assert own(HarvestDFlashWorker) == {"dspark_harvest", "_dflash_route"}
     assert "__init__" in vars(HarvestDFlashWorker) and "__init__" in vars(HarvestDSparkWorker)
-    assert own(HarvestDSparkWorker) == {"dspark_harvest", "_dspark_route"}
+    assert own(HarvestDSparkWorker) == {"dspark_harvest", "dspark_sample_from_anchor", "_dspark_route"}
+    # the mask-fill DSpark worker: the dflash harvest and sglang's sample_from_anchor=false, nothing else
+    assert own(workers.HarvestMaskFillDSparkWorker) == {"dspark_harvest", "dspark_sample_from_anchor"}
     mixin = set(vars(workers._HarvestWorkerMixin))
     for name in (
         "forward_batch_generation",

@@ -72,6 +72,65 @@ def patch(module_name: str) -> Callable[[Callable[[Any], None]], Callable[[Any],
 
 
 # ---------------------------------------------------------------- 1. sgl_kernel CPU ops
+# The CPU bodies of the ops (each mirrors the triton kernel it names).
+def _op_segments(start: Any, end: Any) -> list[tuple[int, int, int]]:
+    out, offset = [], 0
+    for s, e in zip(start.tolist(), end.tolist(), strict=True):
+        out.append((offset, int(s), int(e)))
+        offset += int(e) - int(s)
+    return out
+
+
+def _op_assign_req_to_token_pool(rpi, req_to_token, start, end, out_cache_loc, pool_len):
+    # triton assign_req_to_token_pool: req_to_token[rpi[i], start:end] = out_cache_loc[packed]
+    for i, (off, s, e) in enumerate(_op_segments(start, end)):
+        req_to_token[int(rpi[i]), s:e] = out_cache_loc[off : off + e - s].to(req_to_token.dtype)
+
+
+def _op_assign_extend_cache_locs(rpi, req_to_token, start, end, out_cache_loc, pool_len):
+    # triton assign_extend_cache_locs: out_cache_loc[packed] = req_to_token[rpi[i], start:end]
+    for i, (off, s, e) in enumerate(_op_segments(start, end)):
+        out_cache_loc[off : off + e - s] = req_to_token[int(rpi[i]), s:e].to(out_cache_loc.dtype)
+
+
+def _op_assign_draft_cache_locs_contiguous(rpi, req_to_token, seq_lens, out_cache_loc, pool_len, topk, steps):
+    # triton assign_draft_cache_locs_contiguous: topk*steps slots from seq_lens[i] on, per request
+    n = int(topk) * int(steps)
+    for i, s in enumerate(seq_lens.tolist()):
+        row = req_to_token[int(rpi[i]), int(s) : int(s) + n]
+        out_cache_loc[i * n : (i + 1) * n] = row.to(out_cache_loc.dtype)
+
+
+def _op_fill_bonus_tokens(accept_tokens, accept_lens, bonus_tokens, accept_stride):
+    # triton fill_bonus_tokens: the last accepted slot of each request (accept_lens counts the bonus)
+    import torch
+
+    flat = accept_tokens.reshape(-1)
+    idx = torch.arange(accept_lens.numel()) * int(accept_stride) + accept_lens.reshape(-1).long() - 1
+    bonus_tokens.copy_(flat[idx].to(bonus_tokens.dtype).reshape(bonus_tokens.shape))
+
+
+def _op_fill_accept_out_cache_loc(accept_index, out_cache_loc, accept_out_cache_loc):
+    # triton fill_accept_out_cache_loc: pack out_cache_loc[accept_index] for accept_index != -1
+    idx = accept_index.reshape(-1)
+    kept = idx[idx != -1].long()
+    accept_out_cache_loc[: kept.numel()] = out_cache_loc[kept].to(accept_out_cache_loc.dtype)
+
+
+def _op_copy_all_layer_kv_cache(data_ptrs, strides, tgt_loc, src_loc):
+    # triton copy_all_layer_kv_cache_tiled: per layer buffer, rows src_loc -> rows tgt_loc
+    # (gathered first, so an in-place overlap is safe). Buffers are given as raw pointers.
+    import torch
+
+    if tgt_loc.numel() == 0:
+        return
+    rows = int(max(int(tgt_loc.max()), int(src_loc.max()))) + 1
+    for ptr, stride in zip(data_ptrs.tolist(), strides.tolist(), strict=True):
+        raw = (ctypes.c_uint8 * (rows * int(stride))).from_address(int(ptr))
+        buf = torch.frombuffer(raw, dtype=torch.uint8).view(rows, int(stride))
+        buf[tgt_loc.long()] = buf[src_loc.long()].clone()
+
+
 def _define_ops() -> None:
     import torch
 
@@ -85,81 +144,34 @@ def _define_ops() -> None:
         lib.define(schema)
         lib.impl(name, fn, "CPU")
 
-    def segments(start: torch.Tensor, end: torch.Tensor) -> list[tuple[int, int, int]]:
-        out, offset = [], 0
-        for s, e in zip(start.tolist(), end.tolist(), strict=True):
-            out.append((offset, int(s), int(e)))
-            offset += int(e) - int(s)
-        return out
-
-    def assign_req_to_token_pool(rpi, req_to_token, start, end, out_cache_loc, pool_len):
-        # triton assign_req_to_token_pool: req_to_token[rpi[i], start:end] = out_cache_loc[packed]
-        for i, (off, s, e) in enumerate(segments(start, end)):
-            req_to_token[int(rpi[i]), s:e] = out_cache_loc[off : off + e - s].to(req_to_token.dtype)
-
-    def assign_extend_cache_locs(rpi, req_to_token, start, end, out_cache_loc, pool_len):
-        # triton assign_extend_cache_locs: out_cache_loc[packed] = req_to_token[rpi[i], start:end]
-        for i, (off, s, e) in enumerate(segments(start, end)):
-            out_cache_loc[off : off + e - s] = req_to_token[int(rpi[i]), s:e].to(out_cache_loc.dtype)
-
-    def assign_draft_cache_locs_contiguous(rpi, req_to_token, seq_lens, out_cache_loc, pool_len, topk, steps):
-        # triton assign_draft_cache_locs_contiguous: topk*steps slots from seq_lens[i] on, per request
-        n = int(topk) * int(steps)
-        for i, s in enumerate(seq_lens.tolist()):
-            row = req_to_token[int(rpi[i]), int(s) : int(s) + n]
-            out_cache_loc[i * n : (i + 1) * n] = row.to(out_cache_loc.dtype)
-
-    def fill_bonus_tokens(accept_tokens, accept_lens, bonus_tokens, accept_stride):
-        # triton fill_bonus_tokens: the last accepted slot of each request (accept_lens counts the bonus)
-        flat = accept_tokens.reshape(-1)
-        idx = torch.arange(accept_lens.numel()) * int(accept_stride) + accept_lens.reshape(-1).long() - 1
-        bonus_tokens.copy_(flat[idx].to(bonus_tokens.dtype).reshape(bonus_tokens.shape))
-
-    def fill_accept_out_cache_loc(accept_index, out_cache_loc, accept_out_cache_loc):
-        # triton fill_accept_out_cache_loc: pack out_cache_loc[accept_index] for accept_index != -1
-        idx = accept_index.reshape(-1)
-        kept = idx[idx != -1].long()
-        accept_out_cache_loc[: kept.numel()] = out_cache_loc[kept].to(accept_out_cache_loc.dtype)
-
-    def copy_all_layer_kv_cache(data_ptrs, strides, tgt_loc, src_loc):
-        # triton copy_all_layer_kv_cache_tiled: per layer buffer, rows src_loc -> rows tgt_loc
-        # (gathered first, so an in-place overlap is safe). Buffers are given as raw pointers.
-        if tgt_loc.numel() == 0:
-            return
-        rows = int(max(int(tgt_loc.max()), int(src_loc.max()))) + 1
-        for ptr, stride in zip(data_ptrs.tolist(), strides.tolist(), strict=True):
-            raw = (ctypes.c_uint8 * (rows * int(stride))).from_address(int(ptr))
-            buf = torch.frombuffer(raw, dtype=torch.uint8).view(rows, int(stride))
-            buf[tgt_loc.long()] = buf[src_loc.long()].clone()
-
     define(
         "assign_req_to_token_pool_cpu(Tensor req_pool_indices, Tensor(a!) req_to_token, Tensor start_offset, "
         "Tensor end_offset, Tensor out_cache_loc, int pool_len) -> ()",
-        assign_req_to_token_pool,
+        _op_assign_req_to_token_pool,
     )
     define(
         "assign_extend_cache_locs_cpu(Tensor req_pool_indices, Tensor req_to_token, Tensor start_offset, "
         "Tensor end_offset, Tensor(a!) out_cache_loc, int pool_len) -> ()",
-        assign_extend_cache_locs,
+        _op_assign_extend_cache_locs,
     )
     define(
         "assign_draft_cache_locs_contiguous_cpu(Tensor req_pool_indices, Tensor req_to_token, "
         "Tensor seq_lens, Tensor(a!) out_cache_loc, int pool_len, int topk, int num_steps) -> ()",
-        assign_draft_cache_locs_contiguous,
+        _op_assign_draft_cache_locs_contiguous,
     )
     define(
         "fill_bonus_tokens_cpu(Tensor accept_tokens, Tensor accept_lens, Tensor(a!) bonus_tokens, "
         "int accept_stride) -> ()",
-        fill_bonus_tokens,
+        _op_fill_bonus_tokens,
     )
     define(
         "fill_accept_out_cache_loc_cpu(Tensor accept_index, Tensor out_cache_loc, "
         "Tensor(a!) accept_out_cache_loc) -> ()",
-        fill_accept_out_cache_loc,
+        _op_fill_accept_out_cache_loc,
     )
     define(
         "copy_all_layer_kv_cache_cpu(Tensor data_ptrs, Tensor strides, Tensor tgt_loc, Tensor src_loc) -> ()",
-        copy_all_layer_kv_cache,
+        _op_copy_all_layer_kv_cache,
     )
 
 
