@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .architectures import DFLASH, DSPARK
 from .errors import CensusConflictError
 
 TIER_EXPLICIT = 1
@@ -14,8 +16,9 @@ TIER_STRUCTURAL = 2
 TIER_INFO = 0
 """Recorded for the reader, casts no vote (e.g. markov_rank = 0, a DFlash2 candidate selector)."""
 
-VOTE_DFLASH = "dflash"
-VOTE_DSPARK = "dspark"
+# A vote names the family whose training strategy it says: the architecture table's names.
+VOTE_DFLASH = DFLASH
+VOTE_DSPARK = DSPARK
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,16 @@ class Signal:
         return out
 
 
+def votes(evidence: Iterable[Signal], tier: int | None = None) -> list[Signal]:
+    """The signals of ``evidence`` that cast a vote, in order; with ``tier``, that tier's only."""
+    return [s for s in evidence if s.vote is not None and (tier is None or s.tier == tier)]
+
+
+def vote_list(evidence: Iterable[Signal]) -> str:
+    """The voting signals as warnings and alarms list them: ``signal='value' -> vote; ...``."""
+    return "; ".join(f"{s.signal}={s.value!r} -> {s.vote}" for s in votes(evidence))
+
+
 @dataclass(frozen=True)
 class DflashCfg:
     """A DFlash-family draft checkpoint as seen by the census (no tensor was loaded)."""
@@ -52,20 +65,26 @@ class DflashCfg:
     evidence: tuple[Signal, ...] = ()
     deciding_tier: int | None = None  # None: no vote at all -> the historical default (mask-fill)
     conflict: str | None = None  # set when the deciding tier disagrees; refused unless overridden
+    # The deciding tier's vote, VOTE_DFLASH or VOTE_DSPARK, as the census decided it; None with no vote
+    # or on a conflict. A config built from its evidence and deciding_tier alone gets that tier's
+    # unanimous vote here.
+    verdict: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.verdict is None and self.deciding_tier is not None and not self.conflict:
+            cast = {s.vote for s in votes(self.evidence, self.deciding_tier)}
+            object.__setattr__(self, "verdict", cast.pop() if len(cast) == 1 else None)
 
     @property
     def strategy_dspark(self) -> bool:
         """True when the census says the DSpark (shifted) strategy; raises on contradictory evidence."""
         if self.conflict:
             raise CensusConflictError(self.conflict, where=self.path)
-        if self.deciding_tier is None:
-            return False
-        votes = {s.vote for s in self.evidence if s.tier == self.deciding_tier and s.vote}
-        return votes == {VOTE_DSPARK}
+        return self.verdict == VOTE_DSPARK
 
     def to_json(self) -> dict[str, Any]:
-        """Every field except ``raw``, JSON-able."""
+        """Every field except ``raw`` and ``verdict`` (the vote of ``deciding_tier``), JSON-able."""
         return {
             "path": self.path,
             "architecture": self.architecture,
@@ -90,4 +109,6 @@ __all__ = [
     "TIER_INFO",
     "VOTE_DFLASH",
     "VOTE_DSPARK",
+    "votes",
+    "vote_list",
 ]

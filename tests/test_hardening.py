@@ -26,10 +26,9 @@ import pytest
 from safetensors.numpy import save_file
 
 from sglang_dspark_plugin import ENV_VAR, DsparkHarvest, check_cmd
-from sglang_dspark_plugin import census as census_module
 from sglang_dspark_plugin.architectures import FAMILY, SGLANG_DSPARK_ARM, family_of
 from sglang_dspark_plugin.capture import uncapturable_layers, uncapturable_message
-from sglang_dspark_plugin.census import MAX_STATE_PICKLE_BYTES, census
+from sglang_dspark_plugin.census import MAX_STATE_PICKLE_BYTES, census, training_state
 from sglang_dspark_plugin.checkpoint_files import MAX_CONFIG_BYTES, describe
 from sglang_dspark_plugin.cli import main
 from sglang_dspark_plugin.embedded import EMBEDDED
@@ -440,7 +439,7 @@ def test_out_of_memory_is_named_not_printed_as_empty_parentheses(capsys, monkeyp
 
     folder = _write(tmp_path / "ckpt")
     _torch_zip(folder / "training_state.pt", {"strategy": "dspark"})
-    monkeypatch.setattr(census_module._StateUnpickler, "load", oom)
+    monkeypatch.setattr(training_state._StateUnpickler, "load", oom)
     error = _refused(lambda: census(folder))
     assert "ran out of memory" in error.message and "()" not in error.message
 

@@ -1,0 +1,70 @@
+"""Reading a checkpoint folder's config.json and its tensor names (safetensors headers, shard index)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..checkpoint_files import (
+    MAX_CONFIG_BYTES,
+    list_dir,
+    printable,
+    read_index,
+    read_json,
+    read_safetensors_header,
+)
+from ..errors import InvalidCheckpointError
+from .locate import CONFIG
+
+INDEX = "model.safetensors.index.json"
+
+MARKOV_TABLES = ("markov_head.markov_w1.weight", "markov_head.markov_w2.weight")
+"""Every Markov head type has these two tables, both [vocab_size, markov_rank] (sglang models/dspark.py)."""
+
+TableShapes = dict[str, tuple[str, tuple[int, ...]]]
+"""Tensor name -> (the file that lists it, its shape)."""
+
+
+def read_config(folder: Path) -> dict[str, Any]:
+    """``folder/config.json`` as a JSON object; missing or not an object is refused."""
+    path = folder / CONFIG
+    data = read_json(path, "config", MAX_CONFIG_BYTES, "fix or re-export the config.")
+    if data is None:
+        raise InvalidCheckpointError(
+            f"{printable(path)} is missing; a draft checkpoint needs its config.json (a SpecForge export "
+            "writes it next to model.safetensors). Pass the folder that holds it.",
+            where=printable(path),
+        )
+    if not isinstance(data, dict):
+        raise InvalidCheckpointError(
+            f"{printable(path)} holds a JSON {type(data).__name__}, expected an object; fix or re-export "
+            "the config.",
+            where=printable(path),
+        )
+    return data
+
+
+def read_tensor_names(folder: Path) -> tuple[dict[str, str], TableShapes]:
+    """Tensor name -> the file that lists it: safetensors headers plus the shard index; and the
+    ``MARKOV_TABLES`` the headers list, name -> (file, shape).
+
+    The index's shards are validated (names inside the folder) but need not be present: the census
+    reads names, and a config-only download still has its index.
+    """
+    names: dict[str, str] = {}
+    tables: TableShapes = {}
+    weight_map = read_index(folder / INDEX)
+    if weight_map is not None:
+        names.update(dict.fromkeys(weight_map, INDEX))
+    for entry in list_dir(folder):
+        if entry.endswith(".safetensors") and not entry.startswith("."):
+            # only the 8 length bytes and the header are read: a shard larger than memory is fine
+            header = read_safetensors_header(folder / entry)
+            names.update(dict.fromkeys(header, printable(entry)))
+            tables.update(
+                (n, (printable(entry), t.shape)) for n, t in header.items() if n.endswith(MARKOV_TABLES)
+            )
+    return names, tables
+
+
+__all__ = ["INDEX", "MARKOV_TABLES", "TableShapes", "read_config", "read_tensor_names"]

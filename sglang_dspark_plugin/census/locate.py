@@ -1,0 +1,95 @@
+"""Where a draft checkpoint lives: a local folder, or a hub id already in the local Hugging Face cache."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from pathlib import Path
+
+from ..checkpoint_files import describe, printable, stat_path
+from ..errors import InvalidCheckpointError
+
+CONFIG = "config.json"
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def resolve_checkpoint(path_or_hub_id: str | os.PathLike[str]) -> Path:
+    """A local checkpoint folder for a path or a hub id; never downloads."""
+    if not isinstance(path_or_hub_id, (str, os.PathLike)):
+        raise InvalidCheckpointError(
+            f"checkpoint must be a folder path or a hub id, got {path_or_hub_id!r}; "
+            "pass the draft checkpoint folder (the one holding config.json)."
+        )
+    text = os.fspath(path_or_hub_id)
+    if not isinstance(text, str):
+        raise InvalidCheckpointError(
+            f"checkpoint {printable(repr(text), 120)} is a bytes path; pass it as a string.",
+            where="checkpoint",
+        )
+    path = _expanded(text)
+    found = stat_path(path, "checkpoint")
+    if found is not None and stat.S_ISDIR(found.st_mode):
+        return path
+    if found is not None:
+        if path.name == CONFIG:
+            return path.parent
+        raise InvalidCheckpointError(
+            f"{printable(text)} is a file; pass the draft checkpoint folder that holds config.json.",
+            where=printable(text),
+        )
+    if _HUB_ID.match(text):  # org/name; a relative path like ./x or ~/x does not match
+        return _from_hf_cache(text)
+    raise InvalidCheckpointError(
+        f"checkpoint {printable(repr(text), 200)} does not exist; pass a local folder holding config.json, "
+        "or a hub id (org/name) already in the local Hugging Face cache.",
+        where=printable(text, 200),
+    )
+
+
+def _expanded(text: str) -> Path:
+    try:
+        return Path(text).expanduser()
+    except RuntimeError as exc:  # ~user of an unknown user, or ~ without a home directory
+        raise InvalidCheckpointError(
+            f"checkpoint {printable(repr(text), 120)}: cannot expand the leading ~ ({describe(exc)}); "
+            "pass the folder's full path.",
+            where=printable(text, 120),
+        ) from exc
+
+
+def _hf_hub_cache() -> str:
+    """The hub cache folder, read from the environment now (huggingface_hub reads it at import)."""
+    cache = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
+    if cache:
+        return cache
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface"
+    )
+    return os.path.join(home, "hub")
+
+
+def _from_hf_cache(repo_id: str) -> Path:
+    cache = _hf_hub_cache()
+    fetch = f"huggingface-cli download {repo_id} (or pass a local folder)"
+    try:
+        from huggingface_hub import snapshot_download
+
+        folder = snapshot_download(repo_id, local_files_only=True, cache_dir=cache)
+    except ImportError as exc:
+        raise InvalidCheckpointError(
+            f"{repo_id!r} is not a local folder and huggingface_hub is not installed to look it up "
+            f"in the cache ({exc}); pip install huggingface_hub, or pass a local folder.",
+            where=repo_id,
+        ) from exc
+    except Exception as exc:  # LocalEntryNotFoundError, HFValidationError, ... : all mean "not here"
+        raise InvalidCheckpointError(
+            f"{repo_id!r} is not a local folder and not in the local Hugging Face cache ({cache}): "
+            f"{type(exc).__name__}. The census never downloads; fetch it first with {fetch}.",
+            where=repo_id,
+        ) from exc
+    return Path(folder)
+
+
+__all__ = ["CONFIG", "resolve_checkpoint"]
