@@ -14,8 +14,8 @@ mkdir -p "$VENVS"
 
 # torch 2.13.0 is the CPU build; a bare "torch" would pull a multi-GB CUDA build.
 MAIN_REQS=("torch==2.13.0" "transformers>=4.56,<6" "safetensors>=0.4" "huggingface_hub>=0.24"
-           "tqdm>=4.66" "matplotlib>=3.7" "pytest>=8" "hypothesis>=6.100" "ruff>=0.6" "pyyaml>=6"
-           "prometheus_client>=0.17")
+           "tqdm>=4.66" "matplotlib>=3.7" "pytest>=8" "hypothesis>=6.100" "ruff>=0.6" "mypy>=1.10"
+           "pyyaml>=6" "prometheus_client>=0.17")
 TEST_REQS=("pytest>=8" "hypothesis>=6.100" "pyyaml>=6")
 
 make_env() {  # name, requirement...
