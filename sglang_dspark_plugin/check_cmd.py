@@ -41,8 +41,6 @@ from .errors import (
     DsparkHarvestError,
     InvalidCheckpointError,
     MemoryLimitError,
-    MissingBlockSizeError,
-    UnsupportedCheckpointError,
     UsageError,
     printable,
 )
@@ -358,54 +356,12 @@ def load_drafter_for(
     name: str, cfg: DflashCfg, target: Any, tokenizer: Any, device: torch.device, dtype: torch.dtype
 ) -> Drafter:
     """Load one drafter from its census and check that it fits the target; typed errors otherwise."""
-    from .capture import uncapturable_message
-    from .engine.drafter import load_drafter
+    from .engine.fit import fit_drafter
 
     strategy, note = _census_strategy(cfg)
     with _memory_guard(f"loading the drafter {name}"):
-        model = load_drafter(cfg.path, device=device, dtype=dtype, cfg=cfg)
-    where = str(Path(cfg.path) / "config.json")
-    tcfg = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
-    if model.config.hidden_size != tcfg.hidden_size:
-        raise InvalidCheckpointError(
-            f"{where}: drafter hidden_size {model.config.hidden_size} != target hidden_size "
-            f"{tcfg.hidden_size}; a DFlash drafter reads the target's embeddings and lm_head, so pair it "
-            "with the target it was trained on.",
-            where=where,
-        )
-    bad_layers = [i for i in model.target_layer_ids if not 0 <= i < tcfg.num_hidden_layers]
-    if bad_layers:
-        raise InvalidCheckpointError(
-            f"{where}: target_layer_ids {model.target_layer_ids} name layers {bad_layers} the target "
-            f"(num_hidden_layers {tcfg.num_hidden_layers}) does not have; pair it with its own target.",
-            where=where,
-        )
-    # the reference engine can read the last layer, sglang cannot: measured, and said
-    unservable = uncapturable_message(model.target_layer_ids, tcfg.num_hidden_layers) or None
-    if model.mask_token_id < 0:
-        # sglang's rule for a checkpoint without a mask id: the tokenizer's <|MASK|> token
-        mask = tokenizer.convert_tokens_to_ids("<|MASK|>")
-        if mask is None or mask == tokenizer.unk_token_id:
-            raise InvalidCheckpointError(
-                f"{where}: no mask_token_id and the target tokenizer has no <|MASK|> token; set "
-                "dflash_config.mask_token_id to the id the drafter was trained with.",
-                where=where,
-            )
-        model.mask_token_id = int(mask)
-    if not 0 <= model.mask_token_id < tcfg.vocab_size:
-        raise InvalidCheckpointError(
-            f"{where}: mask_token_id {model.mask_token_id} is outside the target vocabulary "
-            f"(vocab_size {tcfg.vocab_size}); set dflash_config.mask_token_id correctly.",
-            where=where,
-        )
-    if model.markov_head is not None and model.markov_head.vocab_size != tcfg.vocab_size:
-        raise InvalidCheckpointError(
-            f"{where}: the Markov head biases {model.markov_head.vocab_size} tokens (rows of markov_w2) "
-            f"but the target's vocabulary has {tcfg.vocab_size}; a drafter's logits are the target "
-            "lm_head's plus that bias, so pair it with the target it was trained on.",
-            where=where,
-        )
-    return Drafter(name, cfg, strategy, note, model, unservable)
+        fitted = fit_drafter(cfg, target, tokenizer, device=device, dtype=dtype)
+    return Drafter(name, cfg, strategy, note, fitted.model, fitted.sglang_cannot_serve)
 
 
 def encode_prompts(tokenizer: Any, prompts: list[str]) -> list[list[int]]:
@@ -835,25 +791,10 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
     from .census import census
 
     cfgs = [census(str(path)) for path in drafts]
+    from .engine.fit import check_engine_can_draft
+
     for cfg in cfgs:
-        if "speculators_model_type" in cfg.raw:
-            where = printable(Path(cfg.path) / "config.json")
-            raise UnsupportedCheckpointError(
-                f"{where} is in the vllm-project/speculators format (speculators_model_type "
-                f"{printable(repr(cfg.raw['speculators_model_type']), 60)}, the decoder nested in "
-                "transformer_layer_config): `dspark-harvest inspect` reads its training strategy, but the "
-                "reference engine, like sglang, loads z-lab and SpecForge layouts only (a flat Qwen3 "
-                "config with architectures and dflash_config); export it in one of those to measure it.",
-                where=where,
-            )
-        if cfg.block_size is None:
-            where = printable(Path(cfg.path) / "config.json")
-            raise MissingBlockSizeError(
-                f"{where} gives no block size, and check needs it to draft (sglang would take it from "
-                "--speculative-dflash-block-size); add block_size, the width the drafter was trained "
-                "with, to config.json.",
-                where=where,
-            )
+        check_engine_can_draft(cfg)
     target, tokenizer = load_target(target_path, device, dtype)
     drafters = [
         load_drafter_for(Path(p).name, cfg, target, tokenizer, device, dtype)

@@ -84,6 +84,11 @@ class RoundGeometry:
         return tuple(range(self.first_row, self.first_row + self.gamma))
 
     @property
+    def draft_rows(self) -> slice:
+        """The harvested rows as one slice: ``rows[draft_rows]`` are drafts 1..gamma, in order."""
+        return slice(self.first_row, self.first_row + self.gamma)
+
+    @property
     def trained_offsets(self) -> tuple[int, ...]:
         """The offset from the anchor each harvested row was trained for: always 1..gamma."""
         return tuple(self.harvest.trained_offset_of_row(r) for r in self.harvested_rows)

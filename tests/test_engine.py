@@ -26,6 +26,7 @@ from sglang_dspark_plugin.engine.probe import (
 )
 from sglang_dspark_plugin.engine.spec_decode import _rejection_sample
 from sglang_dspark_plugin.errors import InvalidCheckpointError
+from sglang_dspark_plugin.geometry import RoundGeometry
 from sglang_dspark_plugin.harvest import DsparkHarvest
 from sglang_dspark_plugin.telemetry import AcceptTelemetry, TelemetrySettings
 
@@ -82,7 +83,13 @@ class ScriptedDrafter(DFlashDraftModel):
     """
 
     def __init__(self, lm_head: torch.Tensor, script, block_size: int = B) -> None:
-        super().__init__(new_draft_model(drafter_config(block_size)).config)
+        base = new_draft_model(drafter_config(block_size))
+        super().__init__(
+            base.config,
+            block_size=base.block_size,
+            mask_token_id=base.mask_token_id,
+            target_layer_ids=base.target_layer_ids,
+        )
         self.lm_head_rows, self.script = lm_head, script
 
     def forward(self, noise_embedding, target_hidden, position_ids, cache=None):
@@ -133,7 +140,7 @@ def _one_round(target, harvest, script):
     prompt = PROMPTS[0]
     drafter = ScriptedDrafter(target.lm_head.weight.detach(), script)
     state = prefill(target, drafter, prompt)
-    result = speculative_round(target, drafter, harvest, state)
+    result = speculative_round(target, drafter, RoundGeometry(harvest, drafter.block_size), state)
     return prompt, state, result
 
 
@@ -188,7 +195,7 @@ def test_round_runs_one_target_forward_and_one_drafter_forward(target) -> None:
         drafter.register_forward_hook(lambda *_: calls.__setitem__("drafter", calls["drafter"] + 1)),
     ]
     try:
-        speculative_round(target, drafter, DSPARK, state)
+        speculative_round(target, drafter, RoundGeometry(DSPARK, drafter.block_size), state)
     finally:
         for h in hooks:
             h.remove()
@@ -229,7 +236,7 @@ def test_caches_stay_consistent_and_drafts_match_a_from_scratch_draft(target) ->
     scripted.load_state_dict(drafter.state_dict())
     state = prefill(target, scripted, prompt)
     for _ in range(6):
-        speculative_round(target, scripted, DSPARK, state)
+        speculative_round(target, scripted, RoundGeometry(DSPARK, scripted.block_size), state)
         committed_before_anchor = len(state.tokens) - 1
         assert state.target_cache.get_seq_length() == committed_before_anchor
         assert state.draft_cache.length + state.context_feature.shape[1] == committed_before_anchor

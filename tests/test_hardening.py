@@ -224,7 +224,7 @@ def test_config_sizes_are_compared_with_the_weights_before_anything_is_allocated
 
     spy = _Spy(drafter.DFlashDraftModel)
     monkeypatch.setattr(drafter, "DFlashDraftModel", spy)
-    monkeypatch.setattr(drafter, "_read_state_dict", _must_not_run)  # the headers are enough
+    monkeypatch.setattr(drafter, "read_state_dict", _must_not_run)  # the headers are enough
     _edit_config(drafter_copy, **changes)
     error = _refused(lambda: drafter.load_drafter(drafter_copy))
     assert says in error.message and "config.json" in error.where

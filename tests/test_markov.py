@@ -26,6 +26,7 @@ from sglang_dspark_plugin.engine import (
 from sglang_dspark_plugin.engine.drafter import DFlashDraftModel, load_drafter, new_draft_model
 from sglang_dspark_plugin.engine.markov import MARKOV_HEAD_TYPES, VanillaMarkov, draft_block
 from sglang_dspark_plugin.errors import InvalidCheckpointError, UnsupportedCheckpointError
+from sglang_dspark_plugin.geometry import RoundGeometry
 from sglang_dspark_plugin.harvest import DsparkHarvest
 
 torch.set_num_threads(1)
@@ -106,7 +107,13 @@ class ScriptedMarkovDrafter(DFlashDraftModel):
     ``script(p, k)`` with logit margin 16); its Markov head then biases those rows as usual."""
 
     def __init__(self, head_type: str, lm_head: torch.Tensor, script, scale: float) -> None:
-        super().__init__(new_draft_model(markov_config(head_type)).config)
+        base = new_draft_model(markov_config(head_type))
+        super().__init__(
+            base.config,
+            block_size=base.block_size,
+            mask_token_id=base.mask_token_id,
+            target_layer_ids=base.target_layer_ids,
+        )
         _strengthen(self.markov_head, 5, scale)
         self.lm_head_rows, self.script = lm_head, script
 
@@ -176,7 +183,7 @@ def test_greedy_drafts_follow_sglangs_semi_autoregressive_formula(target, head_t
             anchor = state.tokens[-1]
             seen, handle = capture_rows(drafter)
             try:
-                result = speculative_round(target, drafter, harvest, state)
+                result = speculative_round(target, drafter, RoundGeometry(harvest, drafter.block_size), state)
             finally:
                 handle.remove()
             rows = seen[0][first : first + gamma]
@@ -208,7 +215,12 @@ def test_a_drafter_without_a_markov_head_drafts_exactly_as_before(target) -> Non
             gen, replay = torch.Generator().manual_seed(11), torch.Generator().manual_seed(11)
             try:
                 result = speculative_round(
-                    target, drafter, harvest, state, temperature=temperature, generator=gen
+                    target,
+                    drafter,
+                    RoundGeometry(harvest, drafter.block_size),
+                    state,
+                    temperature=temperature,
+                    generator=gen,
                 )
             finally:
                 handle.remove()
@@ -276,7 +288,14 @@ def test_rejection_sampling_compares_with_the_biased_conditional_distribution(
         anchor = state.tokens[-1]
         seen, handle = capture_rows(drafter)
         try:
-            speculative_round(target, drafter, harvest, state, temperature=temperature, generator=gen)
+            speculative_round(
+                target,
+                drafter,
+                RoundGeometry(harvest, drafter.block_size),
+                state,
+                temperature=temperature,
+                generator=gen,
+            )
         finally:
             handle.remove()
         drafts, q = captured.pop()
@@ -340,7 +359,14 @@ def test_first_committed_token_keeps_the_target_distribution_at_temperature_one(
     gen = torch.Generator().manual_seed(9)
     try:
         for _ in range(n):
-            result = speculative_round(tgt, drafter, DSPARK, state, temperature=temperature, generator=gen)
+            result = speculative_round(
+                tgt,
+                drafter,
+                RoundGeometry(DSPARK, drafter.block_size),
+                state,
+                temperature=temperature,
+                generator=gen,
+            )
             counts[result.committed[0]] += 1
             spec_decode._crop(state.target_cache, p0 - 1)  # back to the state before the round
             state.draft_cache.crop(saved[1])
@@ -588,7 +614,7 @@ def test_a_mask_fill_dspark_checkpoint_with_a_markov_head_is_measured(tmp_path, 
     anchor = state.tokens[-1]
     seen, handle = capture_rows(loaded)
     try:
-        result = speculative_round(target, loaded, DFLASH, state)
+        result = speculative_round(target, loaded, RoundGeometry(DFLASH, loaded.block_size), state)
     finally:
         handle.remove()
     rows = seen[0][1:B]

@@ -1,10 +1,13 @@
 """The reference engine: the DFlash-family round on Hugging Face targets, without sglang.
 
 ``spec_decode`` holds the round and the generation loops, ``probe`` the offset probe, ``drafter``
-the draft model and its checkpoint loader.
+the draft model and its checkpoint loader (``layers``: its layers; ``weights`` and ``preflight``: its
+checkpoint's weights, checked before and after they are read), ``markov`` the DSpark heads, ``fit``
+the checks that a drafter fits a target.
 """
 
 from .drafter import DFlashDraftModel, DraftCache, load_drafter, new_draft_model
+from .fit import FittedDrafter, TargetShape, check_engine_can_draft, check_fits, fit_drafter
 from .probe import ProbeResult, ProbeRound, offset_probe
 from .spec_decode import (
     DecodeState,
@@ -21,6 +24,11 @@ __all__ = [
     "DraftCache",
     "load_drafter",
     "new_draft_model",
+    "TargetShape",
+    "FittedDrafter",
+    "check_engine_can_draft",
+    "check_fits",
+    "fit_drafter",
     "DecodeState",
     "Generation",
     "RoundResult",

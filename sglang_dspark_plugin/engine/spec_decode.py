@@ -4,8 +4,9 @@ A round, batch size 1, anchor = the last committed token at position p:
 
 1. draft:   the drafter reads ``[anchor, MASK x (b-1)]`` (embedded with the target's own input
             embeddings) plus the target's context features, and returns one hidden row per input row;
-2. harvest: ``DsparkHarvest`` alone says which rows are the drafts d1..d_gamma (draft j -> p+j);
-            a DSpark Markov head then drafts them row by row, each biased by the draft before it;
+2. harvest: the round's ``RoundGeometry`` (from ``DsparkHarvest``) alone says which rows are the
+            drafts d1..d_gamma (draft j -> p+j), one slice; a DSpark Markov head then drafts them
+            row by row, each biased by the draft before it;
 3. verify:  ONE target forward over ``[anchor, d1..d_gamma]`` on the target's KV cache;
 4. accept:  the longest prefix of drafts the target agrees with, then the target's own bonus token;
 5. commit:  crop the target cache to the committed tokens and hand the drafter their features.
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..geometry import RoundGeometry
 from ..harvest import DsparkHarvest
 from ..telemetry import AcceptTelemetry, TelemetrySettings
 from .markov import draft_block
@@ -33,6 +35,8 @@ QUIET = TelemetrySettings(accept_log_level=None, summary_every=0, alarm_threshol
 """Engine telemetry records rounds for the caller and logs nothing (the check prints its own table)."""
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
     from ..telemetry import RoundRecord
     from .drafter import DFlashDraftModel, DraftCache
 
@@ -101,7 +105,7 @@ def _crop(cache: Any, length: int) -> None:
         cache.crop(-extra)
 
 
-def _new_cache(target: torch.nn.Module) -> Any:
+def _new_cache(target: PreTrainedModel) -> Any:
     from transformers import DynamicCache
 
     try:
@@ -116,7 +120,7 @@ def _cache_kwarg(forward: Any) -> str:
     return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
-def _forward(target: torch.nn.Module, ids: torch.Tensor, cache: Any, hidden_states: bool = False) -> Any:
+def _forward(target: PreTrainedModel, ids: torch.Tensor, cache: Any, hidden_states: bool = False) -> Any:
     kw = _cache_kwarg(type(target).forward)
     return target(ids, use_cache=True, output_hidden_states=hidden_states, **{kw: cache})
 
@@ -133,7 +137,7 @@ def _next_token(logits: torch.Tensor, temperature: float, generator: torch.Gener
 
 @torch.inference_mode()
 def prefill(
-    target: torch.nn.Module,
+    target: PreTrainedModel,
     drafter: DFlashDraftModel,
     prompt: list[int],
     *,
@@ -153,20 +157,42 @@ def prefill(
     )
 
 
+def _draft(
+    drafter: DFlashDraftModel,
+    logits: torch.Tensor,
+    rows: torch.Tensor,
+    anchor: torch.Tensor,
+    temperature: float,
+    generator: torch.Generator | None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The drafts of the harvested ``rows`` (their ``logits``), and at temperature > 0 the distribution
+    each was sampled from (``None`` at temperature 0: the drafts are the argmax)."""
+    if drafter.markov_head is not None:
+        # semi-autoregressive: draft j's logits get a bias from draft j-1 (the anchor for j = 1)
+        return draft_block(
+            drafter.markov_head, logits, rows, anchor, temperature=temperature, generator=generator
+        )
+    if temperature > 0:
+        q = torch.softmax(logits.float() / temperature, dim=-1)
+        return _sample(q, generator), q
+    return logits.float().argmax(-1), None
+
+
 @torch.inference_mode()
 def speculative_round(
-    target: torch.nn.Module,
+    target: PreTrainedModel,
     drafter: DFlashDraftModel,
-    harvest: DsparkHarvest,
+    geometry: RoundGeometry,
     state: DecodeState,
     *,
     temperature: float = 0.0,
     generator: torch.Generator | None = None,
 ) -> RoundResult:
-    """One round: draft, harvest, verify, accept, commit. Mutates ``state``."""
-    device = _device(target)
-    b = drafter.block_size
-    first_row, gamma = harvest.first_row(), harvest.n_drafts(b)
+    """One round of ``geometry`` (built once per generation): draft, harvest, verify, accept, commit.
+
+    Mutates ``state``.
+    """
+    device, b = _device(target), geometry.block_size
     anchor_pos, anchor = len(state.tokens) - 1, state.tokens[-1]
 
     # draft: [anchor, MASK x (b-1)] at positions p..p+b-1, after the c new context rows
@@ -178,23 +204,9 @@ def speculative_round(
     hidden = drafter(noise, state.context_feature, positions, cache=state.draft_cache)
 
     # harvest: the convention's single say in the round; draft j is row first_row + j - 1
-    rows = hidden[0, first_row : first_row + gamma]
-    draft_logits = target.get_output_embeddings()(rows)
-    if drafter.markov_head is not None:
-        # semi-autoregressive: draft j's logits get a bias from draft j-1 (the anchor for j = 1)
-        drafts, q = draft_block(
-            drafter.markov_head,
-            draft_logits,
-            rows,
-            block[0, :1],
-            temperature=temperature,
-            generator=generator,
-        )
-    elif temperature > 0:
-        q = torch.softmax(draft_logits.float() / temperature, dim=-1)
-        drafts = _sample(q, generator)
-    else:
-        drafts = draft_logits.float().argmax(-1)
+    rows = hidden[0, geometry.draft_rows]
+    logits = target.get_output_embeddings()(rows)
+    drafts, q = _draft(drafter, logits, rows, block[0, :1], temperature, generator)
 
     # verify: one target forward over [anchor, d1..d_gamma] (positions p..p+gamma)
     verify_ids = torch.cat([block[0, :1], drafts]).unsqueeze(0)
@@ -202,7 +214,7 @@ def speculative_round(
     target_logits = out.logits[0].float()  # row i predicts position p+i+1
 
     # accept: the longest agreeing prefix, then one token from the target itself
-    if temperature > 0:
+    if q is not None:  # sampled drafts: rejection sampling against the distribution they came from
         accepted, bonus = _rejection_sample(
             drafts, q, torch.softmax(target_logits / temperature, -1), generator
         )
@@ -240,7 +252,7 @@ def _rejection_sample(
 
 @torch.inference_mode()
 def speculative_generate(
-    target: torch.nn.Module,
+    target: PreTrainedModel,
     drafter: DFlashDraftModel,
     prompt: list[int],
     harvest: DsparkHarvest,
@@ -256,14 +268,15 @@ def speculative_generate(
     plugin records it; pass one telemetry to several calls to aggregate over prompts.
     """
     _check_max_new_tokens(max_new_tokens)
+    geometry = RoundGeometry(harvest, drafter.block_size)
     if telemetry is None:
-        telemetry = AcceptTelemetry(harvest.n_drafts(drafter.block_size), harvest, "engine", settings=QUIET)
+        telemetry = AcceptTelemetry(geometry.gamma, harvest, "engine", settings=QUIET)
     start = time.perf_counter()
     state = prefill(target, drafter, prompt, temperature=temperature, generator=generator)
     gen = Generation(prompt_len=len(prompt), tokens=[], seconds=0.0, telemetry=telemetry)
     while len(state.tokens) - len(prompt) < max_new_tokens:
         result = speculative_round(
-            target, drafter, harvest, state, temperature=temperature, generator=generator
+            target, drafter, geometry, state, temperature=temperature, generator=generator
         )
         gen.rounds.append(result)
         gen.records.append(telemetry.on_verify_complete([result.accepted]))
@@ -274,7 +287,7 @@ def speculative_generate(
 
 @torch.inference_mode()
 def autoregressive_generate(
-    target: torch.nn.Module,
+    target: PreTrainedModel,
     prompt: list[int],
     max_new_tokens: int,
     *,
