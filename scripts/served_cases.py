@@ -6,9 +6,14 @@ test-side CPU patches); ``scripts/gpu_validate.py --embedded`` launches the same
 Both read this file, so the two cannot drift. Nothing here imports sglang or torch.
 
 Drafters are named by key: the embedded ones (``dflash``: mask-fill; ``dspark``: shifted, no Markov
-head), and ``dspark-zero-markov``: the embedded shifted drafter with a zero rank-1 vanilla Markov head
-added (``zero_markov_variant``), which sglang's builtin DSPARK can load, so the dspark arm can be
-compared with the builtin on the same weights.
+head; ``dspark-markov``: shifted, SpecForge-shaped with a Markov head; ``dspark-maskfill``: the same
+architecture and heads trained mask-fill, declared ``sample_from_anchor: false``), and
+``dspark-zero-markov``: the embedded shifted drafter with a zero rank-1 vanilla Markov head added
+(``zero_markov_variant``), which sglang's builtin DSPARK can load, so the dspark arm can be compared
+with the builtin on the same weights.
+
+Cases with ``min_sglang`` need a layout older sglang lacks (``cases_for``): the mask-fill DSPARK layout
+exists from sglang 0.5.23 on; older versions refuse such drafters at argument time (tested there).
 """
 
 from __future__ import annotations
@@ -27,8 +32,19 @@ ALARM_ENV = {"MEMRA_DSPARK_ALARM_WARMUP": "64", "MEMRA_DSPARK_ALARM_WINDOW": "64
 it under the wrong harvest (about 460 rounds near 1.1); under the matched harvest the hardest prompt
 (about 40 rounds near 1.5) never fills a window on its own."""
 
-MATCHED = {"dflash": "dflash", "dspark": "dspark", "dspark-zero-markov": "dspark", "dspark-markov": "dspark"}
+MATCHED = {
+    "dflash": "dflash",
+    "dspark": "dspark",
+    "dspark-zero-markov": "dspark",
+    "dspark-markov": "dspark",
+    "dspark-maskfill": "dflash",
+}
 """The harvest each drafter was trained for."""
+MASK_FILL_DSPARK = "dspark-maskfill"
+"""The mask-fill drafter with a DSpark architecture and a Markov head: DSPARK serves it with
+``sample_from_anchor`` false, its gamma (b-1) given by ``--speculative-dspark-block-size``."""
+MASK_FILL_DSPARK_SGLANG = "0.5.23"
+"""The first sglang whose DSPARK has the mask-fill layout."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +56,7 @@ class Run:
     drafter: str
     harvest: str | None = None  # MEMRA_DSPARK_HARVEST, None = the census decides
     concurrent: bool = False  # also serve all prompts at once (overlap scheduler on)
+    extra_args: tuple[tuple[str, Any], ...] = ()  # further server arguments (name, value)
 
     @property
     def plugin(self) -> bool:
@@ -53,7 +70,7 @@ class Run:
         if self.algorithm == "DFLASH":
             return "dflash"
         if self.algorithm == "DSPARK":
-            return "dspark"
+            return "dflash" if self.drafter == MASK_FILL_DSPARK else "dspark"
         return MATCHED[self.drafter]
 
     @property
@@ -80,6 +97,15 @@ RUNS: dict[str, Run] = {
         Run("plugin/dspark", PLUGIN, "dspark", concurrent=True),
         Run("builtin-DSPARK/dspark-markov", "DSPARK", "dspark-markov"),
         Run("plugin/dspark-markov", PLUGIN, "dspark-markov"),
+        # sglang reads a mask-fill DSpark config's block_size b as b drafts plus a query row; the
+        # drafter was trained for b-1 drafts: the builtin needs its gamma flag, the plugin sets it
+        Run(
+            "builtin-DSPARK/dspark-maskfill",
+            "DSPARK",
+            MASK_FILL_DSPARK,
+            extra_args=(("speculative_dspark_block_size", 7),),
+        ),
+        Run("plugin/dspark-maskfill", PLUGIN, MASK_FILL_DSPARK),
         Run("plugin-forced-dflash/dflash", PLUGIN, "dflash", harvest="dflash"),
         Run("plugin-forced-dspark/dflash", PLUGIN, "dflash", harvest="dspark"),
         Run("plugin-forced-dspark/dspark", PLUGIN, "dspark", harvest="dspark"),
@@ -96,6 +122,7 @@ class Case:
     kind: str
     runs: tuple[str, ...]
     what: str = field(default="", compare=False)
+    min_sglang: str | None = None  # the first sglang version the case applies to
 
 
 CASES: tuple[Case, ...] = (
@@ -116,6 +143,22 @@ CASES: tuple[Case, ...] = (
         "identical",
         ("builtin-DSPARK/dspark-markov", "plugin/dspark-markov"),
         "the SpecForge-shaped drafter (vanilla Markov head, confidence head, block 7): same as DSPARK",
+    ),
+    Case(
+        "mask-fill-DSpark-drafter-is-builtin-DSPARK-sample-from-anchor-false",
+        "identical",
+        ("builtin-DSPARK/dspark-maskfill", "plugin/dspark-maskfill"),
+        "census -> dflash harvest on a DSpark drafter with a Markov head: served by DSPARK with "
+        "sample_from_anchor=false (7 drafts, window 8), the same as the builtin with that gamma",
+        min_sglang=MASK_FILL_DSPARK_SGLANG,
+    ),
+    Case(
+        "mask-fill-DSpark-served-equals-reference",
+        "reference",
+        ("plugin/dspark-maskfill", "builtin-DSPARK/dspark-maskfill"),
+        "the mask-fill DSpark drafter: tokens = reference engine = target greedy, the same accept "
+        "lengths (rows 1..b-1 drafted with the Markov chain from the anchor)",
+        min_sglang=MASK_FILL_DSPARK_SGLANG,
     ),
     Case(
         "served-equals-reference",
@@ -153,6 +196,17 @@ CASES: tuple[Case, ...] = (
 )
 
 
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
+
+
+def cases_for(sglang_version: str, cases: tuple[Case, ...] = CASES) -> tuple[Case, ...]:
+    """The cases that apply to this sglang version."""
+    return tuple(
+        c for c in cases if c.min_sglang is None or _version(sglang_version) >= _version(c.min_sglang)
+    )
+
+
 def runs_of(cases: tuple[Case, ...] = CASES) -> list[Run]:
     """Every run the cases need, each once, in definition order."""
     wanted = {name for case in cases for name in case.runs}
@@ -186,7 +240,8 @@ def zero_markov_variant(shifted_drafter: Path, out: Path) -> Path:
 
 def drafter_folders(embedded_root: Path, workdir: Path) -> dict[str, Path]:
     """Every drafter key -> a folder (the zero-Markov variant is written under ``workdir``)."""
-    folders = {key: embedded_root / f"drafter-{key}" for key in ("dflash", "dspark", "dspark-markov")}
+    embedded = ("dflash", "dspark", "dspark-markov", MASK_FILL_DSPARK)
+    folders = {key: embedded_root / f"drafter-{key}" for key in embedded}
     folders["dspark-zero-markov"] = zero_markov_variant(
         folders["dspark"], workdir / "drafter-dspark-zero-markov"
     )

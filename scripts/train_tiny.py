@@ -6,10 +6,12 @@ Steps (all seeded, CPU, reproducible for a given torch build and thread count):
   b. a byte-level BPE tokenizer (with a ``<|MASK|>`` special token) saved as a transformers fast tokenizer;
   c. a small ``Qwen3ForCausalLM`` target trained as a causal LM;
   d. drafter data: the target's own greedy continuations of prompts cut from the text;
-  e. three 1-layer drafters on the same target features, in this order: DFlash objective (row k ->
+  e. four 1-layer drafters on the same target features, in this order: DFlash objective (row k ->
      token at anchor+k, anchor row not in the loss), DSpark objective (row k -> token at anchor+k+1,
-     all rows, CE only), and a SpecForge-shaped DSpark drafter (``drafter-dspark-markov``: block 7, a
-     vanilla Markov head and a confidence head, SpecForge's 0.1 CE + 0.9 L1 + 1.0 BCE objective);
+     all rows, CE only), a SpecForge-shaped DSpark drafter (``drafter-dspark-markov``: block 7, a
+     vanilla Markov head and a confidence head, SpecForge's 0.1 CE + 0.9 L1 + 1.0 BCE objective), and
+     the same architecture and heads trained mask-fill (``drafter-dspark-maskfill``: block 8, declared
+     ``sample_from_anchor: false``, row k -> token at anchor+k, the Markov chain starting at the anchor);
   f. export: target with ``save_pretrained`` (float16), drafters in SpecForge format
      (config.json + model.safetensors, float16; the Markov drafter in SpecForge's sglang-normalised
      spelling), prompts.json and training_report.json.
@@ -40,7 +42,9 @@ EOS, MASK = "<|endoftext|>", "<|MASK|>"
 # Every HELD_OUT_EVERY-th stdlib file is kept out of training and feeds the fixed prompt list.
 HELD_OUT_EVERY = 8
 # Trained in this order; a drafter left out of --drafters has its random draws replayed instead.
-DRAFTERS = ("dflash", "dspark", "dspark-markov")
+DRAFTERS = ("dflash", "dspark", "dspark-markov", "dspark-maskfill")
+# The drafters with a Markov and a confidence head, and the objective each is trained with.
+MARKOV_DRAFTERS = {"dspark-markov": "dspark", "dspark-maskfill": "dflash"}
 # SpecForge's default DSpark objective (specforge/config/schema.py): CE, L1 and confidence weights.
 CE_ALPHA, L1_ALPHA, CONFIDENCE_ALPHA = 0.1, 0.9, 1.0
 
@@ -88,7 +92,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--markov-block-size",
         type=int,
         default=7,
-        help="block size of drafter-dspark-markov (SpecForge's DSpark configs use 7)",
+        help="block size of drafter-dspark-markov (SpecForge's DSpark configs use 7); "
+        "drafter-dspark-maskfill uses --block-size (7 drafts either way)",
     )
     p.add_argument(
         "--markov-rank",
@@ -439,10 +444,15 @@ def replay_drafter_draws(args: argparse.Namespace, seqs: torch.Tensor, gen: torc
             torch.randperm(n_candidates, generator=gen)
 
 
-def markov_drafter_config(args: argparse.Namespace, tcfg: Any, mask_id: int, layer_ids: list[int]) -> dict:
+def markov_drafter_config(
+    args: argparse.Namespace, tcfg: Any, mask_id: int, layer_ids: list[int], strategy: str = "dspark"
+) -> dict:
     """SpecForge's DSpark config (Markov keys in dflash_config), normalised for sglang the way
     SpecForge's ``normalize_dflash_export.py`` does it: the keys hoisted to the top level and the
-    architecture ``Qwen3DSparkModel``, a class both sglang 0.5.17 and 0.5.23 register."""
+    architecture ``Qwen3DSparkModel``, a class both sglang 0.5.17 and 0.5.23 register.
+
+    ``strategy="dflash"``: the same drafter trained mask-fill, declared the way sglang 0.5.23 reads it
+    (top-level ``sample_from_anchor: false``), at ``--block-size``."""
     cfg = drafter_config(args, tcfg, mask_id, layer_ids, "dspark")
     heads = {
         "markov_rank": args.markov_rank,
@@ -452,13 +462,15 @@ def markov_drafter_config(args: argparse.Namespace, tcfg: Any, mask_id: int, lay
     }
     cfg["dflash_config"].update(heads, confidence_head_alpha=CONFIDENCE_ALPHA)
     cfg.update(heads, architectures=["Qwen3DSparkModel"], block_size=args.markov_block_size)
+    if strategy == "dflash":
+        cfg.update(block_size=args.block_size, sample_from_anchor=False)
     return cfg
 
 
 def markov_logits(head: Any, base: torch.Tensor, hidden: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
     """Teacher-forced Markov logits of blocks of ``prev.shape[-1]`` rows: row k's bias comes from the
-    ground-truth token before its label (the anchor for row 0), through the same ``step_bias`` the
-    engine drafts with, the recurrence (rnn) running inside each block as at inference.
+    ground-truth token before its label (the anchor for the first drafted row), through the same
+    ``step_bias`` the engine drafts with, the recurrence (rnn) running inside each block as at inference.
 
     ``base`` ``[n, rows, V]``, ``hidden`` ``[n, rows, H]``, ``prev`` ``[n, blocks, b]``.
     """
@@ -506,35 +518,45 @@ def train_markov_drafter(
     last_hidden: torch.Tensor,
     gen: torch.Generator,
     bar: bool,
+    strategy: str = "dspark",
 ) -> tuple[Any, list[float], list[dict[str, float]]]:
-    """The DSpark (shifted) drafter with a Markov and a confidence head, SpecForge's objective."""
+    """A DSpark-architecture drafter with a Markov and a confidence head, SpecForge's objective.
+
+    ``strategy="dspark"`` (shifted): row k learns anchor+k+1, all rows. ``"dflash"`` (mask-fill): row k
+    learns anchor+k, the anchor row out of the loss. Either way the Markov bias of a row comes from the
+    token before its label, the anchor for the first draft.
+    """
     from sglang_dspark_plugin.engine.drafter import new_draft_model
 
     b, mask_id = cfg["block_size"], cfg["dflash_config"]["mask_token_id"]
     draft = new_draft_model(cfg, seed=args.seed).float().train()
     embed, lm_head = target.get_input_embeddings(), target.lm_head
-    row_w = torch.exp(-torch.arange(b).float() / args.markov_loss_decay)  # SpecForge: exp(-k / gamma)
+    offset = 1 if strategy == "dspark" else 0  # row k's label is anchor + k + offset
+    # SpecForge: weight exp(-(j-1) / gamma) of draft j; draft j is row j-1 (shifted) or row j (mask-fill)
+    row_w = torch.exp(-(torch.arange(b) - 1 + offset).clamp(min=0).float() / args.markov_loss_decay)
     opt = torch.optim.AdamW(draft.parameters(), lr=args.draft_lr, weight_decay=0.0)
     s = seqs.shape[1]
     ctx_pos = torch.arange(s)
     losses: list[float] = []
     parts: list[dict[str, float]] = []
-    for step in tqdm(range(args.draft_steps), desc="drafter dspark-markov", disable=not bar):
+    for step in tqdm(range(args.draft_steps), desc=f"drafter {strategy} + Markov", disable=not bar):
         pick = torch.randint(0, len(seqs), (args.draft_batch,), generator=gen)
         x = seqs[pick]
         ids, pos, labels, valid, mask = block_batch(
-            x, args.prompt_len - 1, b, args.anchors, "dspark", mask_id, gen
+            x, args.prompt_len - 1, b, args.anchors, strategy, mask_id, gen
         )
         n = len(x)
         with torch.no_grad():
             noise = embed(ids)
             # the target's distribution over each label: its logits at the position before the label
-            at = pos.clamp(max=s - 1)[..., None].expand(-1, -1, last_hidden.shape[-1])
+            at = (pos + offset - 1).clamp(max=s - 1)[..., None].expand(-1, -1, last_hidden.shape[-1])
             teacher = torch.softmax(lm_head(torch.gather(last_hidden[pick], 1, at).float()).float(), -1)
         position_ids = torch.cat([ctx_pos.expand(n, -1), pos], dim=1)
         hidden = draft(noise, feats[pick].float(), position_ids, attention_mask=mask)
         blocks = labels.view(n, -1, b)
-        prev = torch.cat([ids.view(n, -1, b)[..., :1], blocks[..., :-1]], dim=-1)  # anchor, then labels
+        # the token before each row's label: the anchor, then the labels (mask-fill: row 0 is out of the
+        # loss, and row 1's label follows the anchor, which is row 0's label)
+        prev = torch.cat([ids.view(n, -1, b)[..., :1], blocks[..., :-1]], dim=-1)
         logits = markov_logits(draft.markov_head, lm_head(hidden), hidden, prev)
         confidence = draft.confidence_head(hidden, draft.markov_head.get_prev_embeddings(prev.reshape(n, -1)))
         w = row_w.repeat(ids.shape[1] // b)[None].expand_as(valid) * valid
@@ -624,7 +646,8 @@ def main(argv: list[str] | None = None) -> int:
         else servable_layer_ids(args.layers)
     )
     feats = context_features(target, seqs, layer_ids, 64)
-    last_hidden = target_last_hidden(target, seqs, 64) if "dspark-markov" in args.drafters else None
+    with_markov = any(name in args.drafters for name in MARKOV_DRAFTERS)
+    last_hidden = target_last_hidden(target, seqs, 64) if with_markov else None
     timings["data_s"] = time.time() - t
 
     report_drafters = {}
@@ -633,9 +656,12 @@ def main(argv: list[str] | None = None) -> int:
             replay_drafter_draws(args, seqs, gen)
             continue
         t = time.time()
-        if name == "dspark-markov":
-            cfg = markov_drafter_config(args, tcfg, mask_id, layer_ids)
-            draft, losses, parts = train_markov_drafter(args, cfg, target, seqs, feats, last_hidden, gen, bar)
+        if name in MARKOV_DRAFTERS:
+            strategy = MARKOV_DRAFTERS[name]
+            cfg = markov_drafter_config(args, tcfg, mask_id, layer_ids, strategy)
+            draft, losses, parts = train_markov_drafter(
+                args, cfg, target, seqs, feats, last_hidden, gen, bar, strategy
+            )
         else:
             cfg = drafter_config(args, tcfg, mask_id, layer_ids, name)
             draft, losses = train_drafter(args, name, cfg, target, seqs, feats, gen, bar)
