@@ -11,6 +11,7 @@ last layer too (``DIRECT_CAPTURE``). docs/sglang.md lists the families, checked 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 DIRECT_CAPTURE: frozenset[str] = frozenset(
     {
@@ -82,9 +83,10 @@ def target_config(target: str) -> dict | None:
     return cfg if isinstance(cfg, dict) else None
 
 
-def _text_int(cfg: dict, key: str) -> int | None:
+def _text_int(cfg: dict[str, Any], key: str) -> int | None:
     """``key`` from the text config (multimodal targets nest it), else the top level; a positive int."""
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    nested = cfg.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else cfg
     value = text.get(key, cfg.get(key))
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         return None
