@@ -61,7 +61,7 @@ def test_check_json_schema_on_the_embedded_models(
     assert code == 0
     runs = report["runs"]
     folder = {p.name: name for name, p in EMBEDDED.drafters.items()}  # drafter (folder) -> embedded name
-    assert len(folder) == len(DRAFTERS) == 3
+    assert len(folder) == len(DRAFTERS) == 4
     # every embedded drafter under each harvest
     assert sorted((r["drafter"], r["harvest"]) for r in runs) == sorted(
         (p.name, h.name()) for p in EMBEDDED.drafters.values() for h in DsparkHarvest
@@ -84,13 +84,14 @@ def test_check_json_schema_on_the_embedded_models(
         assert manifest["harvest"] in ("dflash", "dspark")
         harvest = DsparkHarvest.from_name(manifest["harvest"])
         assert manifest["gamma"] == harvest.n_drafts(EMBEDDED.block_sizes[name])
-    # the DSpark heads, as loaded: only the SpecForge-shaped drafter has them
+    # the DSpark heads, as loaded: only the SpecForge-shaped drafters (shifted, mask-fill) have them
     heads = {d["drafter"]: (d["markov_head"], d["confidence_head"]) for d in report["drafters"]}
     assert heads["drafter-dflash"] == heads["drafter-dspark"] == (None, None)
-    markov, confidence = heads["drafter-dspark-markov"]
-    assert markov["type"] == "vanilla"
-    assert markov["rank"] == EMBEDDED.report["drafters"]["dspark-markov"]["markov_rank"]
-    assert confidence["with_markov"] is True
+    for name in ("dspark-markov", "dspark-maskfill"):
+        markov, confidence = heads[f"drafter-{name}"]
+        assert markov["type"] == "vanilla"
+        assert markov["rank"] == EMBEDDED.report["drafters"][name]["markov_rank"]
+        assert confidence["with_markov"] is True
     assert report["settings"]["prompts"] == 1 and report["settings"]["max_new_tokens"] == 10
     # what DSPARK_HARVEST would serve now: the census's own strategy (MEMRA_DSPARK_HARVEST unset)
     assert {s["drafter"]: (s["harvest"], s["source"]) for s in report["served"]} == {
@@ -190,7 +191,7 @@ def test_check_refuses_a_speculators_format_drafter_by_name(
     """inspect reads the speculators format; check says it cannot load it, before loading anything."""
     import sys
 
-    from sglang_dspark_plugin import check_cmd
+    from sglang_dspark_plugin.check import cli
 
     sys.path.insert(0, str(Path(__file__).parent))
     from checkpoints import write_checkpoint
@@ -200,7 +201,7 @@ def test_check_refuses_a_speculators_format_drafter_by_name(
     def must_not_load(*args: object) -> None:
         raise AssertionError("the target was loaded")
 
-    monkeypatch.setattr(check_cmd, "load_target", must_not_load)
+    monkeypatch.setattr(cli, "load_target", must_not_load)
     error = _refusal(capsys, "--target", str(EMBEDDED.target), "--draft", str(draft))
     assert error["kind"] == "unsupported"
     assert "speculators format" in error["message"] and "dspark-harvest inspect" in error["message"]
@@ -232,36 +233,43 @@ def test_check_refuses_an_unknown_device(capsys: pytest.CaptureFixture[str]) -> 
 def test_a_non_exact_run_exits_1_and_says_why(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sglang_dspark_plugin import check_cmd
+    from sglang_dspark_plugin.check import cli
+    from sglang_dspark_plugin.check.report import CheckReport, RunRow, Settings
 
-    run = {
-        "drafter": "d",
-        "drafter_strategy": "dflash",
-        "harvest": "dflash",
-        "matched": True,
-        "accept_length": 2.0,
-        "per_position": [0.6, 0.4],
-        "exact_match": False,
-        "tokens_per_s": 10.0,
-        "probe_verdict": "aligned",
-    }
-    report = {
-        "runs": [run],
-        "ar_tokens_per_s": 5.0,
-        "probes": [],
-        "recommendations": [],
-        "settings": {
-            "target": "t",
-            "embedded": False,
-            "device": "cpu",
-            "dtype": "bfloat16",
-            "prompts": 1,
-            "max_new_tokens": 4,
-            "threads": 1,
-            "wall_s": 0.1,
-        },
-    }
-    monkeypatch.setattr(check_cmd, "check", lambda args: report)
+    run = RunRow(
+        drafter="d",
+        drafter_strategy="dflash",
+        harvest=DsparkHarvest.DFLASH,
+        matched=True,
+        accept_length=2.0,
+        sglang_meta_accept_length=None,
+        per_position=(0.6, 0.4),
+        exact_match=False,
+        tokens_per_s=10.0,
+        probe_verdict="aligned",
+    )
+    settings = Settings(
+        target="t",
+        embedded=False,
+        device="cpu",
+        dtype="bfloat16",
+        prompts=1,
+        max_new_tokens=4,
+        threads=1,
+        wall_s=0.1,
+    )
+    report = CheckReport(
+        accept_length_definition="",
+        runs=[run],
+        ar_tokens_per_s=5.0,
+        manifests=[],
+        drafters=[],
+        recommendations=[],
+        probes=[],
+        served=[],
+        settings=settings,
+    )
+    monkeypatch.setattr(cli, "check", lambda args: report)
     assert main(["check", "--no-progress"]) == 1
     out = capsys.readouterr().out
     assert "NOT EXACT" in out and "--dtype float32" in out

@@ -298,7 +298,7 @@ def test_a_shard_larger_than_the_address_space_limit_is_read_by_its_header(tmp_p
 
 @pytest.mark.parametrize("device", ["meta", "mps", "xpu", "hpu", "ipu", "cuda:99"])
 def test_check_device_is_validated_before_any_model_loads(capsys, monkeypatch, device):
-    monkeypatch.setattr(check_cmd, "load_target", _must_not_run)
+    monkeypatch.setattr("sglang_dspark_plugin.check.cli.load_target", _must_not_run)
     assert main(["check", "--json", "--no-progress", "--device", device]) == 2
     error = json.loads(capsys.readouterr().out)["error"]
     assert error["kind"] == "usage" and device in error["message"] and error["where"] == "--device"
@@ -319,7 +319,7 @@ def _must_not_run(*args: Any, **kwargs: Any) -> None:
 )
 def test_check_plot_is_validated_before_the_measurement(capsys, monkeypatch, tmp_path, plot, says):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(check_cmd, "load_target", _must_not_run)
+    monkeypatch.setattr("sglang_dspark_plugin.check.cli.load_target", _must_not_run)
     assert main(["check", "--json", "--no-progress", "--plot", plot]) == 2
     error = json.loads(capsys.readouterr().out)["error"]
     assert error["kind"] == "usage" and says in error["message"]
@@ -347,7 +347,7 @@ def test_a_corrupt_target_safetensors_is_refused(tmp_path):
 
 
 def test_absurd_threads_are_a_usage_error(capsys, monkeypatch):
-    monkeypatch.setattr(check_cmd, "load_target", _must_not_run)
+    monkeypatch.setattr("sglang_dspark_plugin.check.cli.load_target", _must_not_run)
     for threads in ("0", str(10**10)):
         assert main(["check", "--json", "--no-progress", "--threads", threads]) == 2
         error = json.loads(capsys.readouterr().out)["error"]
@@ -393,7 +393,7 @@ def test_a_huge_environment_value_is_cut_in_the_message():
 
 
 def test_check_validates_the_harvest_environment_before_loading(capsys, monkeypatch):
-    monkeypatch.setattr(check_cmd, "load_target", _must_not_run)
+    monkeypatch.setattr("sglang_dspark_plugin.check.cli.load_target", _must_not_run)
     monkeypatch.setenv(ENV_VAR, "dpsark")
     assert main(["check", "--json", "--no-progress"]) == 2
     error = json.loads(capsys.readouterr().out)["error"]
@@ -430,7 +430,7 @@ def test_out_of_memory_is_named_not_printed_as_empty_parentheses(capsys, monkeyp
     def oom(*args: Any, **kwargs: Any) -> None:
         raise MemoryError
 
-    monkeypatch.setattr(check_cmd, "check_target_files", lambda path: Path(path))
+    monkeypatch.setattr("sglang_dspark_plugin.check.target.check_target_files", lambda path: Path(path))
     monkeypatch.setattr("transformers.AutoTokenizer.from_pretrained", oom)
     assert main(["check", "--json", "--no-progress"]) == 2
     error = json.loads(capsys.readouterr().out)["error"]

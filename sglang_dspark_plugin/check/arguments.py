@@ -1,0 +1,154 @@
+"""``check``'s command-line arguments, each refused before anything loads or is measured."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..checkpoint_files import describe, is_dir, regular_file, stat_path
+from ..errors import UsageError, printable
+from ..harvest import ENV_VAR, DsparkHarvest
+
+if TYPE_CHECKING:
+    import torch
+
+DEFAULT_MAX_NEW_TOKENS = 64
+DTYPES = ("float32", "bfloat16", "float16")
+DEVICE_TYPES = ("cpu", "cuda")  # what the reference engine runs on
+
+
+def torch_device(name: str) -> torch.device:
+    """``--device`` as a torch device the reference engine runs on (cpu, cuda, cuda:N), checked up front."""
+    import torch
+
+    shown = printable(repr(name), 80)
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError, TypeError) as exc:
+        raise UsageError(
+            f"--device {shown} is not a torch device ({describe(exc)}); use cpu, cuda or cuda:N.",
+            where="--device",
+        ) from exc
+    if device.type not in DEVICE_TYPES:
+        raise UsageError(
+            f"--device {shown}: the reference engine runs on cpu or cuda (cuda:N) only, not on "
+            f"{device.type}. Use --device cpu, or --device cuda on a machine with an NVIDIA GPU.",
+            where="--device",
+        )
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise UsageError(
+                f"--device {shown} asked for CUDA but this torch build sees no GPU; use --device cpu.",
+                where="--device",
+            )
+        if device.index is not None and device.index >= count:
+            raise UsageError(
+                f"--device {shown}: this machine has {count} CUDA device(s), cuda:0..cuda:{count - 1}.",
+                where="--device",
+            )
+    return device
+
+
+def threads_for(requested: int | None, embedded: bool) -> int | None:
+    """``--threads``: at least 1 and at most the CPUs this process may use (more only add contention)."""
+    threads = requested if requested is not None else (1 if embedded else None)
+    if threads is None:
+        return None
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if not 1 <= threads <= cpus:
+        raise UsageError(
+            f"--threads {threads}: must be between 1 and the {cpus} CPU(s) this process may use.",
+            where="--threads",
+        )
+    return threads
+
+
+def check_plot_path(path: str) -> None:
+    """Refuse, before anything is measured, a ``--plot`` file that could not be written."""
+    try:
+        import matplotlib  # noqa: F401
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError as exc:
+        raise UsageError(
+            "--plot needs matplotlib; install it with `pip install sglang-dspark-plugin[plot]`.",
+            where="--plot",
+        ) from exc
+    shown = printable(path, 200)
+    formats = sorted(FigureCanvasBase.get_supported_filetypes())
+    target = Path(path).expanduser()
+    found = stat_path(target, "--plot")
+    if found is not None and is_dir(target, "--plot"):
+        raise UsageError(
+            f"--plot {shown} is a directory; give a file name in it, such as {shown.rstrip('/')}/check.png.",
+            where="--plot",
+        )
+    if found is not None:
+        regular_file(target, "--plot", "give a new file name or a regular file to overwrite.")
+    extension = target.suffix[1:].lower()
+    if extension not in formats:
+        raise UsageError(
+            f"--plot {shown}: {'no' if not extension else 'unknown'} file extension"
+            f"{'' if not extension else ' .' + printable(extension, 20)}; end the name in one of "
+            f"{', '.join('.' + f for f in formats)} (e.g. check.png).",
+            where="--plot",
+        )
+    if not is_dir(target.parent, "--plot folder"):
+        raise UsageError(
+            f"--plot {shown}: the folder {printable(target.parent, 200)} does not exist; create it first.",
+            where="--plot",
+        )
+
+
+def harvest_env() -> str | None:
+    """``MEMRA_DSPARK_HARVEST`` as a server would read it; garbage is refused before any model loads."""
+    value = os.environ.get(ENV_VAR)
+    if value is not None:
+        DsparkHarvest.from_env_value(value)  # HarvestEnvError (kind env): the server would refuse it
+    return value
+
+
+@dataclass(frozen=True)
+class Checked:
+    """The arguments ``check`` derives from the command line, once every one has been checked."""
+
+    device: torch.device
+    threads: int | None  # None: torch's own default
+    env_value: str | None  # MEMRA_DSPARK_HARVEST as a server would read it
+
+
+def check_arguments(args: argparse.Namespace) -> Checked:
+    """Every argument first: a usage error should not cost a model load, nor a measurement."""
+    if (args.target is None) != (args.draft is None):
+        raise UsageError(
+            "pass both --target PATH and --draft PATH (a drafter only makes sense on its own target), "
+            "or neither to check the embedded models.",
+            where="--target/--draft",
+        )
+    if args.max_new_tokens < 1:
+        raise UsageError(
+            f"--max-new-tokens {args.max_new_tokens}: must be at least 1.", where="--max-new-tokens"
+        )
+    if args.num_prompts is not None and args.num_prompts < 1:
+        raise UsageError(f"--num-prompts {args.num_prompts}: must be at least 1.", where="--num-prompts")
+    device = torch_device(args.device)
+    threads = threads_for(args.threads, embedded=args.target is None)
+    if args.plot:
+        check_plot_path(args.plot)
+    return Checked(device, threads, harvest_env())
+
+
+__all__ = [
+    "DEFAULT_MAX_NEW_TOKENS",
+    "DTYPES",
+    "DEVICE_TYPES",
+    "Checked",
+    "check_arguments",
+    "check_plot_path",
+    "harvest_env",
+    "threads_for",
+    "torch_device",
+]

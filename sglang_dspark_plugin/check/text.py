@@ -1,0 +1,147 @@
+"""The human-readable form of a check report: the table, then one section per conclusion."""
+
+from __future__ import annotations
+
+from ..commands import table_lines
+from ..errors import printable
+from ..harvest import ENV_VAR
+from .report import CheckReport, DrafterInfo, RunRow
+from .targets import targets
+
+COLUMNS = (
+    "drafter",
+    "strategy",
+    "harvest",
+    "matched",
+    "accept",
+    "per-position acceptance",
+    "probe",
+    "exact",
+    "tok/s",
+    "speedup",
+)
+
+
+def _short_verdict(verdict: str) -> str:
+    # the table column is narrow: the probe's own verdicts, abbreviated
+    from ..engine.probe import ALIGNED, EARLY, INCONCLUSIVE, LATE
+
+    short = {
+        ALIGNED: "aligned",
+        INCONCLUSIVE: "inconclusive",
+        LATE: "late: looks dspark",
+        EARLY: "early: looks dflash",
+    }
+    return short.get(verdict, "neither")
+
+
+def _row(r: RunRow, ar: float) -> tuple[str, ...]:
+    return (
+        r.drafter,
+        r.drafter_strategy or "?",
+        r.harvest.name(),
+        "yes" if r.matched else "no",
+        f"{r.accept_length:.2f}",
+        " ".join(f"{p:.2f}" for p in r.per_position),
+        _short_verdict(r.probe_verdict),
+        "yes" if r.exact_match else "NO",
+        f"{r.tokens_per_s:.1f}",
+        f"{r.tokens_per_s / ar:.2f}x" if ar else "-",
+    )
+
+
+def _table(report: CheckReport) -> list[str]:
+    s, ar = report.settings, report.ar_tokens_per_s
+    rows = [_row(r, ar) for r in report.runs]
+    rows.append(("autoregressive", "", "", "", "1.00", "", "", "yes", f"{ar:.1f}", "1.00x"))
+    return [
+        f"dspark-harvest check: target {s.target}",
+        f"  device {s.device}, {s.dtype}, {s.prompts} prompts x {s.max_new_tokens} new tokens, "
+        f"{s.threads} thread(s), temperature 0, measured in {s.wall_s:.1f} s",
+        "",
+        *table_lines(COLUMNS, rows),
+    ]
+
+
+def _heads_text(drafter: DrafterInfo) -> str:
+    """One line on a drafter's DSpark heads."""
+    markov, confidence = drafter.markov_head, drafter.confidence_head
+    text = (
+        f"Markov head {markov.type}, rank {markov.rank}: drafts row by row, each biased by the previous"
+        if markov
+        else "no Markov head"
+    )
+    if confidence:
+        features = " with the Markov features" if confidence.with_markov else ""
+        text += f"; confidence head{features}, loaded and unused: every draft is verified"
+    return text
+
+
+def _heads(report: CheckReport) -> list[str]:
+    heads = [d for d in report.drafters if d.markov_head or d.confidence_head]
+    return ["", "DSpark heads:"] + [f"  {d.drafter}: {_heads_text(d)}" for d in heads] if heads else []
+
+
+def _exactness(report: CheckReport) -> list[str]:
+    if report.exact:
+        return []
+    dtype = report.settings.dtype
+    why = (
+        "  In float32 this is a bug in the reference engine; please report it with this output."
+        if dtype == "float32"
+        else f"  In {dtype} a several-row verify and a one-row decoding step round differently, "
+        "so near-ties can flip; rerun with --dtype float32 to check exactness."
+    )
+    return ["", "NOT EXACT: a speculative output differs from the target's own greedy output.", why]
+
+
+def _probes(report: CheckReport) -> list[str]:
+    return [
+        "",
+        "offset probe (drafts compared with the target's tokens at their own position and both neighbours):",
+        *(
+            f"  {p.drafter} / {p.harvest.name()} harvest: {p.result.verdict} ({p.result.reason})"
+            for p in report.probes
+        ),
+    ]
+
+
+def _recommendations(report: CheckReport) -> list[str]:
+    lines = ["", "recommendation:"]
+    for rec in report.recommendations:
+        lines.append(f"  {rec.drafter}: {rec.advice}")
+        if rec.sglang_cannot_serve:
+            lines.append(f"  {rec.drafter}: sglang cannot serve this: {rec.sglang_cannot_serve}")
+    return lines
+
+
+def _served(report: CheckReport) -> list[str]:
+    if not report.served:
+        return []
+    env = report.served[0].env_value
+    setting = f"{ENV_VAR}={env!r}" if env is not None else f"{ENV_VAR} unset"
+    lines = ["", f"served by --speculative-algorithm DSPARK_HARVEST now ({setting}):"]
+    for item in report.served:
+        what = (
+            f"{item.harvest} harvest (source: {item.source})"
+            if item.refused is None
+            else f"refused at startup: {item.refused}"
+        )
+        lines.append(f"  {item.drafter}: {what}")
+    return lines
+
+
+def _targets(report: CheckReport) -> list[str]:
+    if not report.settings.embedded:  # the embedded models' promise, not a verdict on any drafter
+        return []
+    return ["", "targets:"] + [f"  [{'met' if ok else 'MISSED'}] {text}" for text, ok in targets(report)]
+
+
+def format_report(report: CheckReport) -> str:
+    """The human-readable table and notes."""
+    sections = (_table, _heads, _exactness, _probes, _recommendations, _served, _targets)
+    lines = [line for section in sections for line in section(report)]
+    return "\n".join(printable(line) for line in lines)
+
+
+__all__ = ["format_report"]
