@@ -410,7 +410,7 @@ def test_lossless_with_the_trained_drafters_and_the_postmortem_in_miniature(embe
 
     # every drafter (keyed by name) accepts more under the harvest of its own training strategy, and
     # the probe finds the matched run aligned
-    assert set(drafters) == {"dflash", "dspark", "dspark-markov"}
+    assert set(drafters) == {"dflash", "dspark", "dspark-markov", "dspark-maskfill"}
     for name in drafters:
         matched = DsparkHarvest.from_name(EMBEDDED.strategy(name))
         other = DFLASH if matched is DSPARK else DSPARK

@@ -62,6 +62,7 @@ TINY = [
     "--quiet",
 ]
 MARKOV = "drafter-dspark-markov"
+MASKFILL = "drafter-dspark-maskfill"
 
 
 def _load_script():
@@ -160,6 +161,35 @@ def test_tiny_run_exports_the_specforge_shaped_markov_drafter(tiny_runs):
         assert speculative_generate(target, drafter, prompt, harvest, 16).tokens == ref
 
 
+def test_tiny_run_exports_the_mask_fill_markov_drafter(tiny_runs):
+    """The same architecture and heads trained mask-fill: declared the way sglang 0.5.23 reads it."""
+    out = tiny_runs[0]
+    cfg = json.loads((out / MASKFILL / "config.json").read_text())
+    assert cfg["architectures"] == ["Qwen3DSparkModel"] and cfg["sample_from_anchor"] is False
+    assert cfg["block_size"] == 5 and cfg["markov_rank"] == 4 and cfg["markov_head_type"] == "vanilla"
+    census_cfg = census(out / MASKFILL)
+    assert not census_cfg.strategy_dspark and census_cfg.markov_rank == 4  # the explicit flag decides
+    report = json.loads((out / "training_report.json").read_text())["drafters"]["dspark-maskfill"]
+    assert report["block_size"] == 5 and set(report["loss_parts_last_50"]) == {"ce", "l1", "confidence_bce"}
+    drafter = load_drafter(out / MASKFILL)
+    assert float(drafter.markov_head.markov_w2.weight.detach().abs().max()) > 0
+
+
+def test_mask_fill_training_labels_and_markov_predecessors():
+    """Mask-fill: row k learns anchor+k (row 0 out of the loss); its Markov bias comes from anchor+k-1."""
+    tt = _load_script()
+    seqs = torch.arange(100, 140).view(1, -1)
+    gen = torch.Generator().manual_seed(0)
+    ids, pos, labels, valid, _ = tt.block_batch(seqs, 3, 4, 8, "dflash", 1, gen)
+    blocks, pos_b, valid_b = labels.view(1, -1, 4), pos.view(1, -1, 4), valid.view(1, -1, 4)
+    inside = pos_b < seqs.shape[1]
+    assert torch.equal(valid_b[..., 1:], inside[..., 1:]) and not valid_b[..., 0].any()
+    assert torch.equal(blocks[inside], seqs[0, pos_b[inside]])  # row k's label: the token at anchor + k
+    prev = torch.cat([ids.view(1, -1, 4)[..., :1], blocks[..., :-1]], dim=-1)  # as train_markov_drafter
+    trained = valid_b.clone()
+    assert torch.equal(prev[trained], seqs[0, pos_b[trained] - 1])  # the token before each label
+
+
 def test_a_subset_run_replays_the_other_drafters_draws(tiny_runs, tmp_path):
     a = tiny_runs[0]
     out = tmp_path / "markov-only"
@@ -219,7 +249,7 @@ def test_dspark_loss_is_specforges_mixture():
 
 def test_tiny_run_is_reproducible(tiny_runs):
     a, b = tiny_runs
-    for rel in ("target", "drafter-dflash", "drafter-dspark", MARKOV):
+    for rel in ("target", "drafter-dflash", "drafter-dspark", MARKOV, MASKFILL):
         rel = f"{rel}/model.safetensors"
         assert _digest(a / rel) == _digest(b / rel), rel
 
@@ -297,10 +327,13 @@ def test_embedded_models_are_shipped_and_census_gives_their_own_convention():
         rank = entry.get("markov_rank", 0)
         assert (cfg.markov_rank or 0) == rank, name
         assert (drafter.markov_head is not None) is (rank > 0), name
-    # the SpecForge-shaped drafter: sglang-normalised spelling, both heads
-    markov = load_drafter(EMBEDDED.drafters["dspark-markov"])
-    assert markov.describe()["markov_head"]["type"] == "vanilla"
-    assert markov.describe()["confidence_head"]["with_markov"] is True
+    # the SpecForge-shaped drafters (shifted and mask-fill): sglang-normalised spelling, both heads
+    for name in ("dspark-markov", "dspark-maskfill"):
+        markov = load_drafter(EMBEDDED.drafters[name])
+        assert markov.describe()["markov_head"]["type"] == "vanilla"
+        assert markov.describe()["confidence_head"]["with_markov"] is True
+    maskfill = json.loads((EMBEDDED.drafters["dspark-maskfill"] / "config.json").read_text())
+    assert maskfill["sample_from_anchor"] is False and EMBEDDED.strategy("dspark-maskfill") == "dflash"
 
 
 def test_embedded_models_fit_the_size_bound():

@@ -1,4 +1,4 @@
-"""The embedded tiny models: a target LM with its tokenizer and three drafters, keyed by name.
+"""The embedded tiny models: a target LM with its tokenizer and four drafters, keyed by name.
 
 They are produced by ``scripts/train_tiny.py`` (see docs/training.md) and shipped with the package so
 that ``dspark-harvest check`` runs on a fresh machine with no download::
@@ -7,17 +7,19 @@ that ``dspark-harvest check`` runs on a fresh machine with no download::
     >>> EMBEDDED.target.name                # HF folder: AutoModelForCausalLM / AutoTokenizer, float16
     'target'
     >>> sorted(EMBEDDED.drafters)           # drafter name -> folder
-    ['dflash', 'dspark', 'dspark-markov']
+    ['dflash', 'dspark', 'dspark-markov', 'dspark-maskfill']
     >>> EMBEDDED.drafters["dflash"].name    # DFlashDraftModel, mask-fill objective (SpecForge format)
     'drafter-dflash'
     >>> EMBEDDED.drafters["dspark"].name    # DSparkDraftModel, shifted objective, no Markov head
     'drafter-dspark'
     >>> EMBEDDED.drafters["dspark-markov"].name  # Qwen3DSparkModel: Markov + confidence heads (SpecForge)
     'drafter-dspark-markov'
+    >>> EMBEDDED.drafters["dspark-maskfill"].name  # the same, trained mask-fill: sample_from_anchor false
+    'drafter-dspark-maskfill'
     >>> [EMBEDDED.strategy(name) for name in DRAFTERS]  # the training strategy of each drafter
-    ['dflash', 'dspark', 'dspark']
+    ['dflash', 'dspark', 'dspark', 'dflash']
     >>> EMBEDDED.block_sizes                # each drafter's own block width
-    {'dflash': 8, 'dspark': 8, 'dspark-markov': 7}
+    {'dflash': 8, 'dspark': 8, 'dspark-markov': 7, 'dspark-maskfill': 8}
     >>> len(EMBEDDED.prompts)
     8
 
@@ -37,7 +39,12 @@ from ..errors import InvalidCheckpointError
 
 STRATEGIES = ("dflash", "dspark")  # the two training strategies (objectives) a drafter can have
 # Every embedded drafter by name (its folder is ``drafter-<name>``) and the strategy it was trained with.
-DRAFTER_STRATEGIES = {"dflash": "dflash", "dspark": "dspark", "dspark-markov": "dspark"}
+DRAFTER_STRATEGIES = {
+    "dflash": "dflash",
+    "dspark": "dspark",
+    "dspark-markov": "dspark",
+    "dspark-maskfill": "dflash",
+}
 DRAFTERS = tuple(DRAFTER_STRATEGIES)
 
 
