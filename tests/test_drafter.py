@@ -20,7 +20,7 @@ LAYER_IDS = [1, 3]
 
 
 def _config(arch: str = "DFlashDraftModel", *, block_size: int = 5, num_layers: int = 1, **dflash) -> dict:
-    """A SpecForge-style export config (research/checkpoint-conventions.md section 1.3)."""
+    """A SpecForge-style export config (config.json keys as SpecForge writes them)."""
     dflash_config = {"mask_token_id": 255, "target_layer_ids": LAYER_IDS, **dflash}
     return {
         "architectures": [arch],

@@ -1,4 +1,4 @@
-"""RoundGeometry and the geometry manifest (DESIGN section 4)."""
+"""RoundGeometry and the geometry manifest."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def test_the_two_conventions_differ_by_one_row_and_one_draft():
 
 
 def test_to_json_names_the_geometry():
-    # DESIGN section 2, shifted, b = 5: rows 0..4 are drafts 1..5, verified in a window of 6.
+    # shifted, b = 5: rows 0..4 are drafts 1..5, verified in a window of 6.
     assert RoundGeometry(DsparkHarvest.DSPARK, 5).to_json() == {
         "harvest": "dspark",
         "block_size": 5,

@@ -1,4 +1,4 @@
-"""DsparkHarvest: every cell of the DESIGN section 2 table, environment parsing, resolution."""
+"""DsparkHarvest: every cell of the harvest table (README), environment parsing, resolution."""
 
 from __future__ import annotations
 
