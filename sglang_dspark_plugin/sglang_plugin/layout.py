@@ -71,13 +71,17 @@ def architectures_of(cfg: Any) -> tuple[str, ...]:
     return tuple(str(n) for n in names)
 
 
+def harvest_layout(harvest: DsparkHarvest) -> Layout:
+    """The layout of a harvest's own builtin: SHIFTED (DSPARK) or MASK_FILL (DFLASH)."""
+    return SHIFTED if harvest is DsparkHarvest.DSPARK else MASK_FILL
+
+
 def layout_for(harvest: DsparkHarvest, cfg: Any) -> Layout:
     """The builtin and query layout that serve ``harvest`` for the census ``cfg``."""
-    if harvest is DsparkHarvest.DSPARK:
-        return SHIFTED
-    if any(a in DSPARK_ARCHITECTURES for a in architectures_of(cfg)) and markov_rank_of(cfg) > 0:
+    dspark_named = any(a in DSPARK_ARCHITECTURES for a in architectures_of(cfg))
+    if harvest is DsparkHarvest.DFLASH and dspark_named and markov_rank_of(cfg) > 0:
         return MASK_FILL_DSPARK
-    return MASK_FILL
+    return harvest_layout(harvest)
 
 
 def layout_of(served: Any) -> Layout:
@@ -119,6 +123,7 @@ __all__ = [
     "MASK_FILL_DSPARK",
     "SHIFTED",
     "architectures_of",
+    "harvest_layout",
     "layout_for",
     "layout_of",
     "markov_rank_of",

@@ -19,12 +19,13 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..draft_config import DflashCfg
 from ..errors import DsparkHarvestError, InvalidCheckpointError
 from ..geometry import BLOCK_SIZE_FLAGS, RoundGeometry, build_manifest, manifest_json
 from ..harvest import ENV_VAR, DsparkHarvest, Resolution
+from .layout import harvest_layout, layout_for
 
 ALGORITHM = "DSPARK_HARVEST"
 """The name users pass to ``--speculative-algorithm``."""
@@ -133,21 +134,13 @@ def served(server_args: Any) -> Served:
     try:
         cfg = census(str(draft))
         resolution = DsparkHarvest.explain(cfg)
-        block_size, block_size_source = cfg.block_size, "config.json"
-        if block_size is None:
-            # Published DFlash configs may leave it to sglang's flag: the arm's own flag first.
-            arm_flag = BLOCK_SIZE_FLAGS[resolution.harvest]
-            for flag in sorted(flags, key=lambda f: f != arm_flag):
-                if flags[flag] is not None:
-                    block_size, block_size_source = _flag_int(flag, flags[flag]), flag
-                    break
-        geometry = RoundGeometry(resolution.harvest, block_size)
+        block_size, block_size_source = _block_size(cfg, resolution.harvest, flags)
+        # A missing block size (None) is refused by RoundGeometry itself, naming the arm's flag.
+        geometry = RoundGeometry(resolution.harvest, cast(int, block_size))
     except DsparkHarvestError as err:
         if isinstance(err, ValueError):
             raise
         raise ServeRefusal.wrap(err) from err
-    from .layout import layout_for
-
     layout = layout_for(resolution.harvest, cfg)
     manifest = build_manifest(
         geometry,
@@ -179,6 +172,18 @@ BLOCK_SIZE_FIELDS = {flag: flag[2:].replace("-", "_") for flag in BLOCK_SIZE_FLA
 """sglang's block-size flags and their ServerArgs fields."""
 
 
+def _block_size(cfg: DflashCfg, harvest: DsparkHarvest, flags: dict[str, Any]) -> tuple[int | None, str]:
+    """The block size and where it came from: config.json, else a block-size flag (the arm's own first,
+    since published DFlash configs may leave it to sglang's flag); ``None`` when neither gives one."""
+    if cfg.block_size is not None:
+        return cfg.block_size, "config.json"
+    arm_flag = BLOCK_SIZE_FLAGS[harvest]
+    for flag in sorted(flags, key=lambda f: f != arm_flag):
+        if flags[flag] is not None:
+            return _flag_int(flag, flags[flag]), flag
+    return None, "config.json"
+
+
 def _optional_arg(server_args: Any, name: str) -> Any:
     """``read_arg``, or None for a stand-in that lacks the field (sglang's ServerArgs always has it)."""
     try:
@@ -199,7 +204,7 @@ def _flag_int(flag: str, value: Any) -> int:
 
 def builtin_name(harvest: DsparkHarvest) -> str:
     """The sglang builtin whose semantics the arm serves: DFLASH (mask-fill) or DSPARK (shifted)."""
-    return "DFLASH" if harvest is DsparkHarvest.DFLASH else "DSPARK"
+    return harvest_layout(harvest).builtin
 
 
 def describe(s: Served) -> str:
@@ -223,8 +228,6 @@ def describe(s: Served) -> str:
 
 def _builtin_text(s: Served) -> str:
     """The builtin serving ``s`` (``DSPARK, sample_from_anchor=false`` for a mask-fill DSpark drafter)."""
-    from .layout import layout_for
-
     return layout_for(s.geometry.harvest, s.cfg).describe()
 
 
