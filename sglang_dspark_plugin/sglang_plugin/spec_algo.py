@@ -1,23 +1,15 @@
-"""The ``spec_class`` of ``DSPARK_HARVEST``: sglang's DFLASH or DSPARK, chosen by the draft checkpoint.
-
-sglang dispatches on predicates (``is_dflash()``, ``is_dflash_family()``, ``supports_*()``, ...), never on
-the algorithm's name, so the plugin's algorithm mirrors the builtin enum member of its resolved arm:
-``SpeculativeAlgorithm.DFLASH`` for the mask-fill arm, ``SpeculativeAlgorithm.DSPARK`` for the shifted
-arm. Every mirrored method asks that member, so its answer is the builtin's in every sglang version.
-
-When the arm is known. The instance is built at registration, before any argument is parsed, in every
-process that calls ``load_plugins()`` (scheduler processes are spawned: nothing carries over). So:
-* main process: ``handle_server_args`` runs the census during argument resolution and caches the arm;
-* scheduler process: sglang publishes the server args before ``Scheduler(...)`` (0.5.17
-  ``managers/scheduler.py:4919``, 0.5.23 ``:6327``); the first arm-dependent predicate resolves from
-  ``get_context().server_args`` through ``served(...)`` and caches it.
-Predicates that are the same for both members (``is_dflash_family``, ``supports_target_verify_for_draft``,
-``need_topk``, ...) answer before the arm is known; the tests check that both members agree on them.
+"""The ``spec_class`` of ``DSPARK_HARVEST``, for the route where the early rewrite to the builtin did not
+run: it behaves as sglang's DFLASH or DSPARK, whichever the draft checkpoint resolves to. sglang
+dispatches on predicates, never on the algorithm's name, so every predicate asks the builtin enum member
+of the resolved arm; the arm resolves during argument handling, or in a scheduler process from the
+server args sglang published (docs/sglang.md, the fallback route).
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
@@ -82,6 +74,37 @@ def builtin_member(harvest: DsparkHarvest, builtin: str | None = None) -> Specul
     return SpeculativeAlgorithm[builtin or builtin_name(harvest)]
 
 
+def _mirrored(name: str, member_of: Callable[[Any], SpeculativeAlgorithm]) -> Callable[..., Any]:
+    """A predicate that asks the builtin member ``member_of(self)``, with the enum method's signature;
+    ``False`` where this sglang's enum has no such method (0.5.17 has no ``is_uno``, for example)."""
+
+    def mirrored(self: Any, *args: Any, **kwargs: Any) -> Any:
+        method = getattr(member_of(self), name, None)
+        return False if method is None else method(*args, **kwargs)
+
+    mirrored.__name__ = name
+    parent = vars(SpeculativeAlgorithm).get(name)
+    vars(mirrored)["__signature__"] = inspect.signature(parent if parent is not None else _predicate)
+    return mirrored
+
+
+def _predicate(self: Any) -> bool:
+    """The signature of a predicate this sglang's enum lacks."""
+    return False
+
+
+def _mirror_predicates(cls: type[DsparkHarvestSpecAlgo]) -> type[DsparkHarvestSpecAlgo]:
+    """Define every predicate of ``ARM_INDEPENDENT`` and ``ARM_DEPENDENT`` on ``cls``, generated from the
+    two lists (as sglang's registry derives its interface from the enum): no method is listed twice."""
+    for names, member_of in ((ARM_INDEPENDENT, cls._any_member), (ARM_DEPENDENT, cls._member)):
+        for name in names:
+            predicate = _mirrored(name, member_of)
+            predicate.__qualname__ = f"{cls.__name__}.{name}"
+            setattr(cls, name, predicate)
+    return cls
+
+
+@_mirror_predicates
 class DsparkHarvestSpecAlgo(CustomSpecAlgo):
     """``CustomSpecAlgo`` that behaves as DFLASH or DSPARK, whichever the checkpoint was trained for."""
 
@@ -139,71 +162,8 @@ class DsparkHarvestSpecAlgo(CustomSpecAlgo):
             return SpeculativeAlgorithm.DFLASH
         return self._member()
 
-    # -- predicates mirrored from the builtin member ---------------------------------------------
-    def is_some(self) -> bool:
-        return self._any_member().is_some()
-
-    def is_none(self) -> bool:
-        return self._any_member().is_none()
-
-    def is_speculative(self) -> bool:
-        return self._any_member().is_speculative()
-
-    def is_eagle(self) -> bool:
-        return self._any_member().is_eagle()
-
-    def is_eagle3(self) -> bool:
-        return self._any_member().is_eagle3()
-
-    def is_frozen_kv_mtp(self) -> bool:
-        return self._any_member().is_frozen_kv_mtp()
-
-    def is_uno(self) -> bool:
-        member = self._any_member()
-        return bool(getattr(member, "is_uno", lambda: False)())  # 0.5.17 has no UNO
-
-    def is_dflash(self) -> bool:
-        return self._member().is_dflash()
-
-    def is_dspark(self) -> bool:
-        return self._member().is_dspark()
-
-    def is_dflash_family(self) -> bool:
-        return self._any_member().is_dflash_family()
-
-    def is_standalone(self) -> bool:
-        return self._any_member().is_standalone()
-
-    def is_ngram(self) -> bool:
-        return self._any_member().is_ngram()
-
-    def supports_target_verify_for_draft(self) -> bool:
-        return self._any_member().supports_target_verify_for_draft()
-
-    def supports_prefill_shared_read_done(self) -> bool:
-        member = self._any_member()
-        return bool(getattr(member, "supports_prefill_shared_read_done", lambda: False)())
-
-    def supports_mixed_chunk(self) -> bool:
-        member = self._any_member()
-        return bool(getattr(member, "supports_mixed_chunk", lambda: False)())
-
-    def supports_ragged_verify(self) -> bool:
-        return self._member().supports_ragged_verify()
-
-    def supports_grammar_overlap(self) -> bool:
-        return self._any_member().supports_grammar_overlap()
-
-    def has_draft_kv(self) -> bool:
-        return self._any_member().has_draft_kv()
-
-    # -- the three methods the scheduler calls that CustomSpecAlgo lacks (research 2.3) ----------
-    def carries_draft_hidden_states(self) -> bool:
-        return self._any_member().carries_draft_hidden_states()
-
-    def need_topk(self) -> bool:
-        return self._any_member().need_topk()
-
+    # -- the scheduler calls these, CustomSpecAlgo lacks them (so do carries_draft_hidden_states and
+    # need_topk, mirrored predicates) ---------------------------------------------------------------
     def create_future_map(
         self,
         device: torch.device,
@@ -215,9 +175,6 @@ class DsparkHarvestSpecAlgo(CustomSpecAlgo):
         return SpeculativeAlgorithm.create_future_map(
             self, device, req_to_token_pool, needs_cpu_seq_lens, needs_confidence_relay
         )
-
-    def get_num_tokens_per_req_for_target_verify(self, num_draft_tokens: int, is_draft_worker: bool) -> int:
-        return self._member().get_num_tokens_per_req_for_target_verify(num_draft_tokens, is_draft_worker)
 
     def resolve_max_speculative_num_draft_tokens(self, server_args: Any) -> int | None:
         member = self._member()
