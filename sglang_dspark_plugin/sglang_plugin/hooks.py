@@ -1,22 +1,12 @@
-"""The plugin's hooks on sglang functions, registered by ``register()`` without importing sglang's heavy
-modules.
-
-``register()`` runs in every sglang process (the launcher, each scheduler, and on 0.5.23 the
-detokenizer and the data-parallel controller), most of which never build a speculative worker. Both
-hook targets sit in modules that pull in sglang's model stack (seconds to import), so each hook goes to
-sglang's ``HookRegistry`` when its module is loaded already (a scheduler imports them before
-``load_plugins()``; ``load_plugins()`` applies the hook and rebinds ``from ... import`` copies), and
-otherwise the moment that module is first imported (a one-shot import finder registers it and runs
-``HookRegistry.apply_hooks()`` before any other module can bind the target). A process that never
-imports them pays nothing.
+"""The plugin's hooks on sglang functions, registered by ``register()`` without importing the heavy
+modules they sit in: through sglang's ``HookRegistry`` when the module is loaded already, else the
+moment it is first imported (a process that never imports it pays nothing).
 
 * the live-request mask, BEFORE ``SchedulerBatchResultProcessor._resolve_spec_v2_tokens``;
-* the dspark arm's Markov answer, AFTER ``parse_dspark_draft_config``.
+* the dspark arm's Markov answer, AFTER ``parse_dspark_draft_config`` (``draft_model``).
 
-A target that moved is not hooked here; the workers' contract (``TARGET_CONTRACT``) reports it by name
-when a ``DSPARK_HARVEST`` server starts. The hook bodies that need the workers' logic import
-``workers`` only when a draft config of the served checkpoint is parsed, in a process whose server
-arguments are published.
+A target that moved is not hooked; the workers' contract (``TARGET_CONTRACT``) names it when a
+``DSPARK_HARVEST`` server starts.
 """
 
 from __future__ import annotations
@@ -109,7 +99,7 @@ def _register_and_apply(
 def live_requests_before_result(processor: Any, result: Any, batch: Any, *args: Any, **kwargs: Any) -> None:
     """BEFORE hook: tell a plugin worker which requests of this round sglang will count (no device work)."""
     worker = getattr(processor, "model_worker", None)
-    if getattr(worker, "dspark_telemetry", None) is None:
+    if worker is None or getattr(worker, "dspark_telemetry", None) is None:
         return None
     worker.dspark_live_mask = [not (r.is_retracted or r.finished()) for r in batch.reqs]
     return None
@@ -126,7 +116,7 @@ def served_markov_after_parse(result: Any, *args: Any, **kwargs: Any) -> Any:
     """AFTER hook on ``parse_dspark_draft_config``: the served draft's Markov head, else ``None``.
 
     Cheap for every other config: only the config of the served draft (matched by path, in a process
-    whose server arguments are published) reaches ``workers._served_markov_after_parse``.
+    whose server arguments are published) reaches ``draft_model._served_markov_after_parse``.
     """
     config = kwargs.get("draft_hf_config", args[0] if args else None)
     name = config.get("_name_or_path") if isinstance(config, dict) else getattr(config, "_name_or_path", None)
@@ -137,9 +127,9 @@ def served_markov_after_parse(result: Any, *args: Any, **kwargs: Any) -> Any:
     server_args = published_server_args()
     if server_args is None or not same_path(name, read_arg(server_args, "speculative_draft_model_path")):
         return None
-    from . import workers
+    from . import draft_model
 
-    return workers._served_markov_after_parse(result, *args, **kwargs)
+    return draft_model._served_markov_after_parse(result, *args, **kwargs)
 
 
 _finders: dict[str, _PatchOnImport] = {}

@@ -34,7 +34,7 @@ from sglang_dspark_plugin.census import census
 from sglang_dspark_plugin.errors import GeometryError, InvalidCheckpointError, UnsupportedCheckpointError
 from sglang_dspark_plugin.geometry import RoundGeometry, build_manifest
 from sglang_dspark_plugin.harvest import ENV_VAR, DsparkHarvest
-from sglang_dspark_plugin.sglang_plugin import workers
+from sglang_dspark_plugin.sglang_plugin import draft_model, workers
 from sglang_dspark_plugin.sglang_plugin.workers import (
     HarvestDFlashWorker,
     HarvestDSparkDraftModel,
@@ -791,9 +791,7 @@ def test_the_parse_hook_answers_only_for_the_served_dspark_draft(tmp_path, monke
     published: dict = {"args": None}
     monkeypatch.setattr(resolution, "published_server_args", lambda: published["args"])
     monkeypatch.setattr(resolution, "read_arg", lambda args, name: getattr(args, name))
-    monkeypatch.setattr(
-        workers, "_served_for", lambda args: _served(tmp_path, Path(args.path).name, args.env)
-    )
+    monkeypatch.setattr(resolution, "served", lambda args: _served(tmp_path, Path(args.path).name, args.env))
 
     def answer(config_path: str, algo: str = "DSPARK_HARVEST", env: str | None = None, served: str = draft):
         published["args"] = SimpleNamespace(
@@ -801,7 +799,7 @@ def test_the_parse_hook_answers_only_for_the_served_dspark_draft(tmp_path, monke
         )
         config = PretrainedConfig(**FIXTURES[Path(config_path).name].config)
         config._name_or_path = config_path
-        return workers._served_markov(config)
+        return draft_model._served_markov(config)
 
     assert answer(draft) == (1, "vanilla")
     assert answer(gated, served=gated) == (8, "gated")
@@ -809,8 +807,8 @@ def test_the_parse_hook_answers_only_for_the_served_dspark_draft(tmp_path, monke
     assert answer(draft, algo="DSPARK") is None  # sglang's builtin keeps sglang's answer
     assert answer(gated, served=draft) is None  # another config than the served draft
     published["args"] = None
-    assert workers._served_markov(PretrainedConfig(_name_or_path=draft)) is None  # nothing published
-    assert workers._served_markov(PretrainedConfig()) is None  # no path: never ours
+    assert draft_model._served_markov(PretrainedConfig(_name_or_path=draft)) is None  # nothing published
+    assert draft_model._served_markov(PretrainedConfig()) is None  # no path: never ours
 
 
 def test_the_parse_hook_answers_a_draft_whose_config_json_names_its_own_path(tmp_path, monkeypatch):
@@ -827,19 +825,19 @@ def test_the_parse_hook_answers_a_draft_whose_config_json_names_its_own_path(tmp
     args = SimpleNamespace(speculative_algorithm="DSPARK_HARVEST", speculative_draft_model_path=draft)
     monkeypatch.setattr(resolution, "published_server_args", lambda: args)
     monkeypatch.setattr(resolution, "read_arg", lambda a, name: getattr(a, name))
-    monkeypatch.setattr(workers, "_served_for", lambda a: served)
-    original = workers.parse_dspark_draft_config
+    monkeypatch.setattr(resolution, "served", lambda a: served)
+    original = draft_model.parse_dspark_draft_config
 
     def hooked(*a, **kw):  # what HookRegistry binds in every module once load_plugins() applied it
         result = original(*a, **kw)
-        replaced = workers._served_markov_after_parse(result, *a, **kw)
+        replaced = draft_model._served_markov_after_parse(result, *a, **kw)
         return result if replaced is None else replaced
 
-    monkeypatch.setattr(workers, "parse_dspark_draft_config", hooked)
+    monkeypatch.setattr(draft_model, "parse_dspark_draft_config", hooked)
     config = PretrainedConfig(**FIXTURES[fixture].config)
     config._name_or_path = draft
     assert workers.served_markov_rank(served.cfg) == 0
-    assert workers._served_markov(config) == (1, "vanilla")
+    assert draft_model._served_markov(config) == (1, "vanilla")
 
 
 @pytest.mark.parametrize(
@@ -856,8 +854,9 @@ def test_the_parse_hook_answers_a_draft_whose_config_json_names_its_own_path(tmp
     ],
     ids=["dspark", "dflash"],
 )
+@pytest.mark.parametrize("positional", [False, True], ids=["keyword", "positional"])
 def test_worker_init_checks_ranks_then_builds_its_parent_inside_the_route(
-    fixture, cls, parent, arch, loaded, target_dir, checkpoint_dir, monkeypatch
+    fixture, cls, parent, arch, loaded, positional, target_dir, checkpoint_dir, monkeypatch
 ):
     from sglang.srt.models.registry import ModelRegistry
 
@@ -880,7 +879,10 @@ def test_worker_init_checks_ranks_then_builds_its_parent_inside_the_route(
     kwargs = {"server_args": server_args, "gpu_id": 0, "nccl_port": 0, "target_worker": None}
     if "ps" in inspect.signature(cls.__init__).parameters:
         kwargs["ps"] = None
-    worker = cls(**kwargs)
+    if positional:  # in the parent's order, as sglang's scheduler may call it
+        worker = cls(*(kwargs[name] for name in parent_signature.parameters if name in kwargs))
+    else:
+        worker = cls(**kwargs)
     assert calls == ["rank agreement", ("parent", sorted(parent_signature.parameters), True, loaded)]
     assert ModelRegistry.resolve_model_cls([arch])[0].__name__ == arch  # restored after the build
     assert worker.dspark_telemetry is not None
