@@ -184,11 +184,14 @@ def test_every_fixture_and_env(
     assert served.geometry.verify_window == width
     algo = SpeculativeAlgorithm.from_string(view.speculative_algorithm)
     assert algo is SpeculativeAlgorithm[builtin]  # sglang's own member: its predicates, its checks
-    assert algo.create_worker(record).__name__ == {
-        ("dflash", "DFLASH"): "HarvestDFlashWorker",
-        ("dspark", "DSPARK"): "HarvestDSparkWorker",
-        ("dflash", "DSPARK"): "HarvestMaskFillDSparkWorker",
-    }[detail, builtin]
+    assert (
+        algo.create_worker(record).__name__
+        == {
+            ("dflash", "DFLASH"): "HarvestDFlashWorker",
+            ("dspark", "DSPARK"): "HarvestDSparkWorker",
+            ("dflash", "DSPARK"): "HarvestMaskFillDSparkWorker",
+        }[detail, builtin]
+    )
 
 
 @pytest.mark.parametrize("env", (None, "dflash", "dspark"), ids=lambda v: f"env={v!r}")
