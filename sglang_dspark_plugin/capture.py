@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from .validation import is_int
+
 DIRECT_CAPTURE: frozenset[str] = frozenset(
     {
         # sglang 0.5.23 targets whose DFlash capture takes layer i's own output (ids 0..N-1)
@@ -88,7 +90,7 @@ def _text_int(cfg: dict[str, Any], key: str) -> int | None:
     nested = cfg.get("text_config")
     text: dict[str, Any] = nested if isinstance(nested, dict) else cfg
     value = text.get(key, cfg.get(key))
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_int(value) or value < 1:
         return None
     return value
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .draft_config import vote_list
 from .errors import GeometryError, HarvestEnvError
 from .validation import environment, is_int
 
@@ -148,9 +149,7 @@ class Resolution:
         elif cfg.deciding_tier is not None:
             census_harvest = DsparkHarvest.resolve_value(None, cfg.strategy_dspark)
             if census_harvest is not harvest:
-                votes = "; ".join(
-                    f"{s.signal}={s.value!r} -> {s.vote}" for s in evidence if s.vote is not None
-                )
+                votes = vote_list(evidence)
                 warnings.append(
                     f"{ENV_VAR}={env_value!r} contradicts the checkpoint census, which says "
                     f"{census_harvest.value} ({votes}). Serving {harvest.value} as asked; if acceptance "

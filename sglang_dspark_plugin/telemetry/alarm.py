@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..draft_config import vote_list
 from ..harvest import ENV_VAR as HARVEST_ENV_VAR
 from ..harvest import DsparkHarvest
 
@@ -115,9 +116,9 @@ class RollingAlarm:
         return self._win_tokens / self._win_reqs
 
     def _evidence_text(self) -> str:
-        votes = [f"{s.signal}={s.value!r} -> {s.vote}" for s in self.evidence if s.vote is not None]
+        votes = vote_list(self.evidence)
         if votes:
-            return "; ".join(votes)
+            return votes
         if self.source == "default":
             return "none (no census signal: dflash is the historical default)"
         return "none (no census signal)"
