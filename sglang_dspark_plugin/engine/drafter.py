@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from ..errors import InvalidCheckpointError, MissingBlockSizeError, printable
-from .layers import DraftCache, DraftLayer, RMSNorm, RotaryEmbedding, rope_theta
+from .layers import DraftCache, DraftLayer, LayerInputs, RMSNorm, RotaryEmbedding, rope_theta
 from .markov import ConfidenceHead, VanillaMarkov, build_markov_head, describe_heads
 from .preflight import check_model_settings, check_sizes_before_allocating
 from .weights import check_state_fits, head_keys, header_shapes, read_state_dict
@@ -116,13 +116,17 @@ class DFlashDraftModel(nn.Module):
         several blocks into one call.
         """
         c = target_hidden.shape[1]
-        context = self.hidden_norm(self.fc(target_hidden))
         dtype = noise_embedding.dtype
-        rope_ctx = self.rotary_emb(position_ids[:, :c], dtype)
-        rope_blk = self.rotary_emb(position_ids[:, c:], dtype)
+        inputs = LayerInputs(
+            context=self.hidden_norm(self.fc(target_hidden)),
+            rope_ctx=self.rotary_emb(position_ids[:, :c], dtype),
+            rope_blk=self.rotary_emb(position_ids[:, c:], dtype),
+            cache=cache,
+            attention_mask=attention_mask,
+        )
         x = noise_embedding
         for layer in self.layers:
-            x = layer(x, context, rope_ctx, rope_blk, cache, attention_mask)
+            x = layer(x, inputs)
         return self.norm(x)
 
 

@@ -7,6 +7,7 @@ are ``[proj(context) ; proj(block)]``. The block is non-causal and sees every ca
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -43,6 +44,17 @@ class DraftCache:
         for i, (k, v) in enumerate(zip(self.keys, self.values, strict=True)):
             if k is not None and v is not None:
                 self.keys[i], self.values[i] = k[:, :, :length], v[:, :, :length]
+
+
+@dataclass(frozen=True)
+class LayerInputs:
+    """What every layer reads besides the block rows, the same for all layers of one forward."""
+
+    context: torch.Tensor  # the new context rows, ``hidden_norm(fc(target features))``
+    rope_ctx: tuple[torch.Tensor, torch.Tensor]  # (cos, sin) at the context rows' positions
+    rope_blk: tuple[torch.Tensor, torch.Tensor]  # (cos, sin) at the block rows' positions
+    cache: DraftCache | None  # the context K/V cache, appended to by every layer
+    attention_mask: torch.Tensor | None  # only when training packs several blocks into one call
 
 
 class RMSNorm(nn.Module):
@@ -117,27 +129,19 @@ class DraftAttention(nn.Module):
         v = self.v_proj(x).view(b, n, self.n_kv, self.head_dim).transpose(1, 2)
         return _apply_rope(k, cos, sin), v
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        context: torch.Tensor,
-        rope_ctx: tuple[torch.Tensor, torch.Tensor],
-        rope_blk: tuple[torch.Tensor, torch.Tensor],
-        cache: DraftCache | None,
-        attention_mask: torch.Tensor | None,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, inputs: LayerInputs) -> torch.Tensor:
         b, q_len, _ = x.shape
         q = self.q_norm(self.q_proj(x).view(b, q_len, self.n_heads, self.head_dim)).transpose(1, 2)
-        q = _apply_rope(q, *rope_blk)
-        k_ctx, v_ctx = self._kv(context, *rope_ctx)
-        if cache is not None:
-            k_ctx, v_ctx = cache.append(self.layer_idx, k_ctx, v_ctx)
-        k_blk, v_blk = self._kv(x, *rope_blk)
+        q = _apply_rope(q, *inputs.rope_blk)
+        k_ctx, v_ctx = self._kv(inputs.context, *inputs.rope_ctx)
+        if inputs.cache is not None:
+            k_ctx, v_ctx = inputs.cache.append(self.layer_idx, k_ctx, v_ctx)
+        k_blk, v_blk = self._kv(x, *inputs.rope_blk)
         k = torch.cat([k_ctx, k_blk], dim=2)
         v = torch.cat([v_ctx, v_blk], dim=2)
         # The block is bidirectional and sees all context: no mask unless training packs several blocks.
         out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attention_mask, enable_gqa=self.n_kv != self.n_heads
+            q, k, v, attn_mask=inputs.attention_mask, enable_gqa=self.n_kv != self.n_heads
         )
         return self.o_proj(out.transpose(1, 2).reshape(b, q_len, -1))
 
@@ -164,21 +168,14 @@ class DraftLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        context: torch.Tensor,
-        rope_ctx: tuple[torch.Tensor, torch.Tensor],
-        rope_blk: tuple[torch.Tensor, torch.Tensor],
-        cache: DraftCache | None,
-        attention_mask: torch.Tensor | None,
-    ) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), context, rope_ctx, rope_blk, cache, attention_mask)
+    def forward(self, x: torch.Tensor, inputs: LayerInputs) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), inputs)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
 __all__ = [
     "DraftCache",
+    "LayerInputs",
     "RMSNorm",
     "RotaryEmbedding",
     "DraftAttention",
