@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from tiny_target import tiny_target
+from transformers import Qwen3ForCausalLM
 
 from sglang_dspark_plugin.engine import (
     autoregressive_generate,
@@ -35,27 +36,6 @@ torch.set_num_threads(1)  # tiny models: extra threads only add synchronisation
 V, H, B, MASK = 48, 64, 4, 47
 PROMPTS = ([3, 1, 4, 1, 5, 9, 2, 6], [7, 7, 7], list(range(10, 40)))
 DFLASH, DSPARK = DsparkHarvest.DFLASH, DsparkHarvest.DSPARK
-
-
-def tiny_target(seed: int = 0) -> Qwen3ForCausalLM:
-    """A random 4-layer Qwen3 whose lm_head rows are orthogonal, so a drafter can aim at any token."""
-    torch.manual_seed(seed)
-    cfg = Qwen3Config(
-        vocab_size=V,
-        hidden_size=H,
-        intermediate_size=128,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=256,
-        tie_word_embeddings=False,
-    )
-    model = Qwen3ForCausalLM(cfg).eval()
-    q, _ = torch.linalg.qr(torch.randn(H, H))
-    with torch.no_grad():
-        model.lm_head.weight.copy_(4.0 * q[:V])  # lm_head(W[t]) = 16 * e_t: argmax is t
-    return model
 
 
 def drafter_config(block_size: int = B, layer_ids: tuple[int, ...] = (1, 2)) -> dict:

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import save_file
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from tiny_target import tiny_target
+from transformers import Qwen3ForCausalLM
 
 from sglang_dspark_plugin.engine import (
     autoregressive_generate,
@@ -34,27 +35,6 @@ torch.set_num_threads(1)
 V, H, B, MASK, RANK = 48, 64, 5, 47, 8
 PROMPTS = ([3, 1, 4, 1, 5, 9, 2, 6], list(range(10, 30)))
 DFLASH, DSPARK = DsparkHarvest.DFLASH, DsparkHarvest.DSPARK
-
-
-def tiny_target(seed: int = 0, vocab: int = V, layers: int = 4) -> Qwen3ForCausalLM:
-    """A random Qwen3 whose lm_head rows are orthogonal, so a scripted row can aim at any token."""
-    torch.manual_seed(seed)
-    cfg = Qwen3Config(
-        vocab_size=vocab,
-        hidden_size=H,
-        intermediate_size=128,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=256,
-        tie_word_embeddings=False,
-    )
-    model = Qwen3ForCausalLM(cfg).eval()
-    q, _ = torch.linalg.qr(torch.randn(H, H))
-    with torch.no_grad():
-        model.lm_head.weight.copy_(4.0 * q[:vocab])
-    return model
 
 
 def markov_config(head_type: str, *, block_size: int = B, vocab: int = V, rank: int = RANK) -> dict:
