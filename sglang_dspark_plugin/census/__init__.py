@@ -35,6 +35,7 @@ from .fields import (
 )
 from .files import INDEX, MARKOV_TABLES, read_config, read_tensor_names
 from .locate import CONFIG, resolve_checkpoint
+from .markov import read_markov_head
 from .rules import (
     DOMINO_MESSAGE,
     DOMINO_PREFIXES,
@@ -90,6 +91,7 @@ def census(path_or_hub_id: str | os.PathLike[str]) -> DflashCfg:
     evidence += projector_signals(view)
     markov_rank, rank_signals = read_markov_rank(view, markov_tables)
     evidence += rank_signals
+    markov_head = read_markov_head(view, markov_rank, tensors, markov_tables)
     evidence += weight_signals(tensors)
     evidence += shift_label_signals(view)
 
@@ -110,6 +112,7 @@ def census(path_or_hub_id: str | os.PathLike[str]) -> DflashCfg:
         vocab_size=vocab_size,
         hidden_size=hidden_size,
         markov_rank=markov_rank,
+        markov_head=markov_head,
         evidence=tuple(evidence),
         deciding_tier=decision.tier,
         conflict=decision.conflict,

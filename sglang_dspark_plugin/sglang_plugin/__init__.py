@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ..serving import ALGORITHM
 from .contract import FIX as _FIX
-from .resolution import ALGORITHM
 
 logger = logging.getLogger("sglang_dspark_plugin.sglang_plugin")
 
@@ -29,19 +29,12 @@ def is_registered() -> bool:
 
 
 def _factory(server_args: Any) -> type:
-    """The worker class for the harvest the draft checkpoint resolves to (called by ``create_worker``).
+    """The factory of the registered algorithm: only reached where the early rewrite did not run, so
+    it refuses (``resolution.require_plan``) instead of serving through a second route."""
+    from .resolution import require_plan
 
-    Reached only on the fallback route, where the early rewrite to the builtin did not fire.
-    """
-    from . import contract
-
-    contract.require_worker_contract()  # the workers' entries, deferred from registration
-    from . import workers
-    from .layout import layout_of
-    from .resolution import served
-
-    s = served(server_args)
-    return workers.worker_class_for(s.resolution.harvest, layout_of(s).builtin)
+    require_plan(server_args, f"the registered {ALGORITHM} worker factory")
+    raise AssertionError("unreachable: a launch with a plan is served as its builtin")
 
 
 def register() -> bool:
