@@ -20,6 +20,8 @@ from ..draft_config import DflashCfg
 from ..errors import DsparkHarvestError, InvalidCheckpointError
 from ..geometry import BLOCK_SIZE_FLAGS, RoundGeometry, build_manifest
 from ..harvest import ENV_VAR, DsparkHarvest, Resolution
+from ..settings import MANIFEST, read_setting
+from ..telemetry.settings import TelemetrySettings
 from .layout import DSPARK, Layout, architectures_of, layout_for
 from .refusals import (
     ALGORITHM,
@@ -31,7 +33,7 @@ from .refusals import (
     refuse_uncapturable,
 )
 
-MANIFEST_ENV_VAR = "MEMRA_DSPARK_MANIFEST"
+MANIFEST_ENV_VAR = MANIFEST.name
 """When set to a path, the launcher writes the geometry manifest there at startup."""
 
 DFLASH_BLOCK_FLAG = BLOCK_SIZE_FLAGS[DsparkHarvest.DFLASH]
@@ -69,8 +71,9 @@ class LaunchRequest:
     dflash_block_size: Any = None
     dspark_block_size: Any = None
     disaggregation_mode: str | None = None
-    harvest_env: str | None = None  # MEMRA_DSPARK_HARVEST
+    harvest_env: str | None = None  # MEMRA_DSPARK_HARVEST, as given (the resolution parses and records it)
     manifest_path: str | None = None  # MEMRA_DSPARK_MANIFEST
+    telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)  # the telemetry variables
 
     @classmethod
     def of(cls, args: Mapping[str, Any], environ: Mapping[str, str]) -> LaunchRequest:
@@ -84,7 +87,8 @@ class LaunchRequest:
             dspark_block_size=args.get(flag_field(DSPARK_BLOCK_FLAG)),
             disaggregation_mode=_text(args.get("disaggregation_mode")),
             harvest_env=environ.get(ENV_VAR),
-            manifest_path=environ.get(MANIFEST_ENV_VAR) or None,
+            manifest_path=read_setting(MANIFEST_ENV_VAR, environ),
+            telemetry=TelemetrySettings.from_env(environ),
         )
 
     def block_size_flags(self) -> dict[str, Any]:

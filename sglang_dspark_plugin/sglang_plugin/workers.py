@@ -164,7 +164,7 @@ class _HarvestWorkerMixin:
         gamma = plan.geometry.gamma
         metrics = PrometheusMetrics(gamma) if enable_metrics else None
         self.dspark_telemetry = AcceptTelemetry.from_resolution(
-            plan.resolution, gamma, metrics=metrics, dp_rank=dp_rank
+            plan.resolution, gamma, settings=plan.request.telemetry, metrics=metrics, dp_rank=dp_rank
         )
         logger.info(
             "DSPARK_HARVEST worker %s%s: harvest=%s (%s), block_size=%d, gamma=%d, verify_window=%d, "
