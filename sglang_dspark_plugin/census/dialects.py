@@ -90,7 +90,8 @@ def deepseek_signals(view: ConfigView, tensors: dict[str, str]) -> list[Signal]:
             f"the Markov head of DeepSeek DSpark stage(s) {stages}: its reference forward drafts "
             "[anchor, noise x (b-1)] and row i predicts the token after it (shifted)"
         )
-        return [Signal(f"{tensors[names[0]]}:mtp.N.markov_head.*", len(names), TIER_STRUCTURAL, VOTE_DSPARK, note)]
+        where = f"{tensors[names[0]]}:mtp.N.markov_head.*"
+        return [Signal(where, len(names), TIER_STRUCTURAL, VOTE_DSPARK, note)]
     if is_deepseek_inference(view) and not dspark_parts(view, tensors):
         raise UnsupportedCheckpointError(
             f"{view.file}: a DeepSeek inference config with n_mtp_layers = "

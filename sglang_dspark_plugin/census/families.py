@@ -88,7 +88,8 @@ def family_signal(view: ConfigView, architecture: str, tensors: dict[str, str]) 
     model_type = view.config.get("model_type")
     if isinstance(model_type, str) and DSPARK_MODEL_TYPE.match(model_type):
         found.append(f"model_type = {model_type!r}")
-    note = f"the {match['family']} DSpark family, by its naming pattern and its structure: " + "; ".join(found)
+    note = f"the {match['family']} DSpark family, by its naming pattern and its structure: "
+    note += "; ".join(found)
     return view.signal("architectures[0]", architecture, TIER_STRUCTURAL, VOTE_DSPARK, note)
 
 
