@@ -74,14 +74,15 @@ def inspect_checkpoint(path: str, environ: dict[str, str] | None = None) -> dict
 
 def _servability(cfg: Any, harvest: Any) -> tuple[Any, ...]:
     """How sglang 0.5.17 and 0.5.23 serve the drafter (the rank from the tensors if the config is silent)."""
-    from .servability import servability
+    from .servability import servability, unloadable_layout
     from .tensor_headers import markov_head, tensor_headers
 
+    tensors = tensor_headers(cfg.path)
     rank = cfg.markov_rank
     if rank is None:
-        found = markov_head(tensor_headers(cfg.path))
+        found = markov_head(tensors)
         rank = 0 if found is None else found.rank
-    return servability(harvest, cfg.architecture, rank)
+    return servability(harvest, cfg.architecture, rank, unloadable_layout(cfg.raw, list(tensors)))
 
 
 def _report(

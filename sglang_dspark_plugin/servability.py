@@ -24,7 +24,10 @@ from .architectures import (
     SGLANG_MASK_FILL_DSPARK,
     SGLANG_VERSIONS,
 )
+from .census.dialects import TORCHSPEC_WEIGHT_NAMES
 from .harvest import DsparkHarvest
+
+TORCHSPEC_NATIVE = tuple(TORCHSPEC_WEIGHT_NAMES)
 
 DFLASH, DSPARK = "DFLASH", "DSPARK"
 
@@ -94,12 +97,21 @@ def _mask_fill(version: str, architecture: str, markov_rank: int) -> Servability
 
 
 def servability(
-    harvest: DsparkHarvest, architecture: str | None, markov_rank: int | None
+    harvest: DsparkHarvest,
+    architecture: str | None,
+    markov_rank: int | None,
+    unloadable: str | None = None,
 ) -> tuple[Servability, ...]:
-    """How each of ``SGLANG_VERSIONS`` serves a drafter of ``architecture`` under ``harvest``."""
+    """How each of ``SGLANG_VERSIONS`` serves a drafter of ``architecture`` under ``harvest``.
+
+    ``unloadable``: why sglang's weight loader cannot read the checkpoint at all (an exporter's own
+    layout), whatever its class.
+    """
     out = []
     for version in SGLANG_VERSIONS:
-        if architecture is None:
+        if unloadable is not None:
+            out.append(Servability(version, None, None, unloadable))
+        elif architecture is None:
             why = "config.json names no architecture, and sglang builds a draft from architectures[0]"
             out.append(Servability(version, None, None, why))
         elif harvest is DsparkHarvest.DSPARK:
@@ -109,4 +121,17 @@ def servability(
     return tuple(out)
 
 
-__all__ = ["DFLASH", "DSPARK", "Servability", "servability"]
+def unloadable_layout(config: dict[str, Any], tensor_names: list[str]) -> str | None:
+    """Why sglang cannot load a checkpoint in this layout (speculators', TorchSpec's own names), or None."""
+    if "speculators_model_type" in config:
+        return (
+            "a speculators-format checkpoint (the decoder under transformer_layer_config): sglang loads "
+            "z-lab / SpecForge layouts only"
+        )
+    native = sorted(n for n in tensor_names if n.startswith(TORCHSPEC_NATIVE))
+    if native:
+        return f"TorchSpec-style weight names ({native[0]}, ...): sglang loads fc / hidden_norm / norm"
+    return None
+
+
+__all__ = ["DFLASH", "DSPARK", "Servability", "servability", "unloadable_layout"]
