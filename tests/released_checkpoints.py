@@ -127,8 +127,9 @@ def _deepseek_stages(markov: bool) -> dict[str, tuple[int, ...]]:
     return out
 
 
-# DeepSeek-V4-Flash's inference/config.json, as deepseek-ai/DeepSpec's megakernel test
-# (_flash_config) and Blaizzy/mlx-vlm mlx_vlm/tests/test_deepseek_v4_dspark.py quote it.
+# DeepSeek-V4-Flash's inference/config.json (its keys and DSpark values), as a test of a
+# deepspec.megakernel package quotes it (_flash_config, "official V4 Flash config"); the dspark_* keys and
+# n_mtp_layers also as Blaizzy/mlx-vlm mlx_vlm/tests/test_deepseek_v4_dspark.py writes them.
 _DEEPSEEK_INFERENCE = {
     "vocab_size": _VOCAB,
     "dim": _HIDDEN,
@@ -176,8 +177,9 @@ _TORCHSPEC_DSPARK = _qwen3_keys(
 def _released() -> list[Fixture]:
     return [
         # -- 1. DSpark families outside architectures.py ----------------------------------------------
-        # LiquidAI/LFM2.5-2.6B-DSpark config.json, as Blaizzy/mlx-vlm's LFM2 DSpark drafter test
-        # (_published_config) quotes it; sglang 0.5.23 registers the class (srt/models/lfm2_dspark.py).
+        # LiquidAI/LFM2.5-2.6B-DSpark's config.json, as an mlx_vlm test of its DSpark drafter
+        # (mlx_vlm.speculative.drafters.qwen3_dspark, _published_config) quotes it; sglang 0.5.23
+        # registers the class (srt/models/lfm2_dspark.py).
         Fixture(
             "lfm2_dspark",
             _qwen3_keys(
@@ -201,8 +203,9 @@ def _released() -> list[Fixture]:
             9,
             description="LFM2 DSpark family: recognised by pattern plus Markov head, layers and mask token",
         ),
-        # The Kimi K3 DSpark drafter of vLLM's DSpark MLA model (vllm/models/kimi_k3/nvidia/
-        # dspark_mla.py), its test fixture mla_dspark_models: TorchSpec-style keys, no block size.
+        # The Kimi K3 DSpark drafter of a vLLM fork's DSpark MLA model (vllm.models.kimi_k3.nvidia.
+        # dspark_mla), as its test fixture mla_dspark_models writes it: TorchSpec-style keys and weight
+        # names (context_proj), no block size.
         Fixture(
             "k3_dspark",
             _qwen3_keys(
@@ -280,7 +283,8 @@ def _released() -> list[Fixture]:
             None,
             description="the same without the dspark_* keys: only the stages' Markov head tells",
         ),
-        # DeepSeek-V4-Flash's plain MTP head (no DSpark stage), the case vLLM issue 52111 names.
+        # A DeepSeek-V4 plain MTP head (enorm / hnorm / e_proj / h_proj, no DSpark stage), the layout
+        # vLLM's test for issue 52111 contrasts with the DSpark stages.
         Fixture(
             "deepseek_v4_plain_mtp",
             {**_DEEPSEEK_INFERENCE, "n_mtp_layers": 1},
