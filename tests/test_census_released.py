@@ -4,6 +4,7 @@ self-contradicting export; each classified as its training code says, or refused
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from checkpoints import write_checkpoint
 from released_checkpoints import RELEASED
 
 from sglang_dspark_plugin import ENV_VAR, DsparkHarvest
+from sglang_dspark_plugin.architectures import SGLANG_BUILDS
 from sglang_dspark_plugin.census import census
 from sglang_dspark_plugin.draft_config import TIER_EXPLICIT, TIER_INFO, TIER_STRUCTURAL
 from sglang_dspark_plugin.errors import (
@@ -186,3 +188,47 @@ def test_an_unknown_speculators_type_is_refused(written):
     with pytest.raises(UnsupportedCheckpointError) as info:
         census(written["speculators_eagle3"])
     assert "eagle3" in info.value.message
+
+
+# -- every class sglang builds is classified ------------------------------------------------------------
+
+NOT_A_PATTERN = {"MuseGlimmerAssistantModel"}  # sglang 0.5.23's DFLASH class with no family pattern
+
+
+def _minimal(tmp_path, arch, *, dspark):
+    layers = {"target_layer_ids": [1, 2], "mask_token_id": 255}
+    config = {"architectures": [arch], "block_size": 6, "vocab_size": 256, "dflash_config": layers}
+    if dspark:
+        config["markov_rank"] = 8
+    folder = tmp_path / arch
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("builtin", "arch"),
+    sorted({(b, a) for builds in SGLANG_BUILDS.values() for b, names in builds.items() for a in names}),
+)
+def test_the_census_classifies_every_class_sglang_builds(tmp_path, builtin, arch):
+    folder = _minimal(tmp_path, arch, dspark=builtin == "DSPARK")
+    if arch in NOT_A_PATTERN:
+        with pytest.raises(UnsupportedCheckpointError):
+            census(folder)
+        return
+    assert census(folder).verdict == ("dspark" if builtin == "DSPARK" else "dflash")
+
+
+def test_a_dflash_family_name_needs_its_dflash_config(tmp_path):
+    folder = _minimal(tmp_path, "MiniMaxDFlash2DraftModel", dspark=False)
+    arch = _signals(census(folder))["config.json:architectures[0]"]
+    assert (arch.tier, arch.vote) == (TIER_STRUCTURAL, "dflash") and "naming pattern" in arch.note
+    (folder / "config.json").write_text('{"architectures": ["MiniMaxDFlash2DraftModel"], "block_size": 6}')
+    with pytest.raises(UnsupportedCheckpointError) as info:
+        census(folder)
+    assert "target_layer_ids" in info.value.message and "mask_token_id" in info.value.message
+
+
+def test_a_dflash_family_name_over_a_markov_head_is_a_conflict(tmp_path):
+    cfg = census(_minimal(tmp_path, "DFlash2BeamDraftModel", dspark=True))
+    assert cfg.conflict and "architectures[0]" in cfg.conflict and "markov_rank" in cfg.conflict

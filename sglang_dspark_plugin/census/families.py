@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..draft_config import TIER_STRUCTURAL, VOTE_DSPARK, Signal
+from ..draft_config import TIER_STRUCTURAL, VOTE_DFLASH, VOTE_DSPARK, Signal
 from ..errors import UnsupportedCheckpointError
 from .view import ConfigView
 
@@ -25,6 +25,12 @@ DSPARK_CLASS = re.compile(r"^(?P<family>[A-Z][A-Za-z0-9]*)DSpark(?:Draft)?Model$
 
 DSPARK_MODEL_TYPE = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*_dspark$")
 """``<family>_dspark``: corroborates the class name, never classifies alone."""
+
+DFLASH_CLASS = re.compile(
+    r"^(?P<family>[A-Z][A-Za-z0-9]*)?DFlash(?P<rest>[A-Z0-9][A-Za-z0-9]*)?(?:DraftModel|ForCausalLM)$"
+)
+"""sglang's DFlash draft classes of other families: ``MiniMaxDFlash2DraftModel``, ``DFlash2BeamDraftModel``,
+``DFlashLagunaForCausalLM``."""
 
 _SECTIONS = ((), ("dflash_config",), ("dspark_config",), ("text_config",))
 _FLAGS = ("sample_from_anchor", "dspark_bonus_anchor", "query_zero_predicts_next")
@@ -64,13 +70,14 @@ def geometry_parts(view: ConfigView) -> dict[str, list[str]]:
 
 
 def family_signal(view: ConfigView, architecture: str, tensors: dict[str, str]) -> Signal | None:
-    """The structural vote of a DSpark-family class outside ``FAMILY``; ``None`` if the name is not one.
+    """The structural vote of a DSpark- or DFlash-family class outside ``FAMILY``; ``None`` if the name
+    is neither.
 
-    A name with the family's pattern but without its declared structure is refused.
+    A name with a family's pattern but without its declared structure is refused.
     """
     match = DSPARK_CLASS.match(architecture)
     if match is None:
-        return None
+        return _dflash_family_signal(view, architecture)
     parts = dspark_parts(view, tensors)
     geometry = geometry_parts(view)
     missing = [what for what, where in geometry.items() if not where]
@@ -93,6 +100,27 @@ def family_signal(view: ConfigView, architecture: str, tensors: dict[str, str]) 
     return view.signal("architectures[0]", architecture, TIER_STRUCTURAL, VOTE_DSPARK, note)
 
 
+def _dflash_family_signal(view: ConfigView, architecture: str) -> Signal | None:
+    """A ``DFlash`` class of another family votes mask-fill when its ``dflash_config`` declares the
+    drafter's target layers and mask token (a DFlash drafter's structure)."""
+    match = DFLASH_CLASS.match(architecture)
+    if match is None:
+        return None
+    section = view.section("dflash_config") or {}
+    missing = [key for key in ("target_layer_ids", "mask_token_id") if section.get(key) is None]
+    if missing:
+        raise UnsupportedCheckpointError(
+            f"{view.file}: architectures[0] = {architecture!r} is named like a DFlash-family drafter, but "
+            f"its dflash_config declares no {' and no '.join(missing)}. A name alone does not classify a "
+            "drafter: add the keys the drafter was trained with, or pass the draft checkpoint.",
+            where=f"{view.file}:architectures",
+        )
+    note = (
+        "a DFlash-family class, by its naming pattern and its dflash_config: target_layer_ids; mask_token_id"
+    )
+    return view.signal("architectures[0]", architecture, TIER_STRUCTURAL, VOTE_DFLASH, note)
+
+
 def pattern_family(architecture: Any) -> str | None:
     """The family part of a ``<Family>DSpark(Draft)Model`` name, ``None`` for any other value."""
     match = DSPARK_CLASS.match(architecture) if isinstance(architecture, str) else None
@@ -102,6 +130,7 @@ def pattern_family(architecture: Any) -> str | None:
 __all__ = [
     "DSPARK_CLASS",
     "DSPARK_MODEL_TYPE",
+    "DFLASH_CLASS",
     "dspark_parts",
     "geometry_parts",
     "family_signal",
