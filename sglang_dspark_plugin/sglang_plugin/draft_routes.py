@@ -16,6 +16,7 @@ from typing import Any
 from sglang.srt.speculative.dspark_components.dspark_config import parse_dspark_draft_config
 
 from ..architectures import SGLANG_DENSE_DSPARK, SGLANG_DSPARK_ARM
+from ..census.families import pattern_family
 from ..errors import InvalidCheckpointError, UnsupportedCheckpointError
 from ..harvest import ENV_VAR
 from ..tensor_headers import markov_head, tensor_headers
@@ -202,6 +203,15 @@ def check_servable(served: Any) -> None:
         _require_target_vocabulary(served)
     elif any(a in DSPARK_ARCHITECTURES for a in architectures):
         _dflash_arm_names(architectures, served_markov_rank(cfg))
+    elif any(pattern_family(a) for a in architectures):
+        raise UnsupportedCheckpointError(
+            f"this drafter is mask-fill (dflash harvest) and its architectures={list(architectures)!r} name "
+            "a DSpark-family class the census recognised by its naming pattern; sglang's DFlash worker "
+            "would build that class's DSpark layout or none, and the dspark arm serves the dense DSpark "
+            f"classes only ({', '.join(DSPARK_ARM_ARCHITECTURES)}). `dspark-harvest inspect` says which "
+            "sglang version can serve it.",
+            where="config.json: architectures",
+        )
 
 
 __all__ = [
