@@ -85,8 +85,22 @@ def test_a_family_name_votes_structurally_and_says_why(written):
 
 
 def test_the_model_type_corroborates_the_name(written):
-    arch = _signals(census(written["k3_dspark"]))["config.json:architectures[0]"]
+    cfg = census(written["k3_dspark"])
+    arch = _signals(cfg)["config.json:architectures[0]"]
     assert arch.vote == "dspark" and "k3_dspark" in arch.note
+    assert cfg.num_target_layers == 2
+
+
+def test_target_num_hidden_layers_is_the_targets_count_even_without_torchspecs_marker(tmp_path):
+    fx = RELEASED["k3_dspark"]
+    deeper = {
+        **fx.config,
+        "num_target_layers": 2,
+        "target_num_hidden_layers": 40,
+        "target_layer_ids": [9, 30],
+    }
+    cfg = census(write_checkpoint(tmp_path, type(fx)(fx.name, deeper, fx.tensors, "dspark")))
+    assert cfg.num_target_layers == 40 and cfg.target_layer_ids == (9, 30)
 
 
 def test_a_family_name_alone_is_refused_naming_what_is_missing(written):

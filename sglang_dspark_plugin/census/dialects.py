@@ -39,8 +39,13 @@ def is_torchspec(view: ConfigView) -> bool:
 
 
 def target_layer_count_key(view: ConfigView) -> str:
-    """The key that holds the target's layer count in this config's dialect."""
-    if is_torchspec(view) and TORCHSPEC_LAYER_COUNT in view.config:
+    """The key that holds the target's layer count in this config's dialect.
+
+    ``target_num_hidden_layers`` is TorchSpec's config class's key (also in configs other tools derive
+    from it, such as Kimi K3's DSpark drafters); where it is present, ``num_target_layers`` beside it
+    counts the captured layers.
+    """
+    if view.config.get(TORCHSPEC_LAYER_COUNT) is not None:
         return TORCHSPEC_LAYER_COUNT
     if is_deepseek_inference(view) and "n_layers" in view.config:
         return "n_layers"  # the drafter's stages read the target's own layers
