@@ -47,8 +47,6 @@ def target_layer_count_key(view: ConfigView) -> str:
     """
     if view.config.get(TORCHSPEC_LAYER_COUNT) is not None:
         return TORCHSPEC_LAYER_COUNT
-    if is_deepseek_inference(view) and "n_layers" in view.config:
-        return "n_layers"  # the drafter's stages read the target's own layers
     return "num_target_layers"
 
 
