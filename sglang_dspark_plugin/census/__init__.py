@@ -24,6 +24,7 @@ import os
 from ..architectures import DFLASH_ARCHITECTURES, DOMINO_ARCHITECTURES, DSPARK_ARCHITECTURES
 from ..draft_config import DflashCfg
 from .decision import decide
+from .dialects import deepseek_signals, hidden_size_key, target_layer_count_key, torchspec_signals
 from .fields import (
     read_architecture,
     read_block_size,
@@ -86,7 +87,7 @@ def census(path_or_hub_id: str | os.PathLike[str]) -> DflashCfg:
     # tier 2: structural defaults; a Domino drafter is refused before any of them
     refuse_domino(view, architecture, tensors)
     evidence += speculators_type_signals(view)
-    evidence += architecture_signals(view, architecture)
+    evidence += architecture_signals(view, architecture, tensors)
     evidence += bundle_signals(view)
     evidence += projector_signals(view)
     markov_rank, rank_signals = read_markov_rank(view, markov_tables)
@@ -94,11 +95,12 @@ def census(path_or_hub_id: str | os.PathLike[str]) -> DflashCfg:
     markov_head = read_markov_head(view, markov_rank, tensors, markov_tables)
     evidence += weight_signals(tensors)
     evidence += shift_label_signals(view)
+    evidence += torchspec_signals(view, tensors) + deepseek_signals(view, tensors)
 
-    # the fields the geometry and the served checks read
-    vocab_size, hidden_size = read_size(view, "vocab_size"), read_size(view, "hidden_size")
+    # the fields the geometry and the served checks read, in the config's dialect
+    vocab_size, hidden_size = read_size(view, "vocab_size"), read_size(view, hidden_size_key(view))
     mask_token_id = read_mask_token_id(view, vocab_size)
-    num_target_layers, target_layer_ids = read_target_layers(view)
+    num_target_layers, target_layer_ids = read_target_layers(view, target_layer_count_key(view))
 
     # the tier rule, once
     decision = decide(evidence)

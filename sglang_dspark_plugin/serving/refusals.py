@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..architectures import DSPARK_ARCHITECTURES, SGLANG_DSPARK_ARM
+from ..census.families import pattern_family
 from ..draft_config import DflashCfg
 from ..errors import DsparkHarvestError, GeometryError, InvalidCheckpointError, UnsupportedCheckpointError
 from ..geometry import RoundGeometry
@@ -230,6 +231,15 @@ def check_servable(
             "silently drop it. DSPARK_HARVEST serves it through DSPARK with sample_from_anchor=false "
             f"(sglang 0.5.23 or later), or, if it was trained shifted, with {ENV_VAR}=dspark.",
             where="config.json: architectures / markov_rank",
+        )
+    elif any(pattern_family(a) for a in architectures):
+        raise UnsupportedCheckpointError(
+            f"this drafter is mask-fill (dflash harvest) and its architectures={list(architectures)!r} name "
+            "a DSpark-family class the census recognised by its naming pattern; sglang's DFlash worker "
+            "would build that class's DSpark layout or none, and the dspark arm serves the dense DSpark "
+            f"classes only ({', '.join(SGLANG_DSPARK_ARM)}). `dspark-harvest inspect` says which "
+            "sglang version can serve it.",
+            where="config.json: architectures",
         )
 
 
