@@ -88,8 +88,7 @@ def census(path_or_hub_id: str | os.PathLike[str]) -> DflashCfg:
     refuse_domino(view, architecture, tensors)
     evidence += speculators_type_signals(view)
     evidence += architecture_signals(view, architecture, tensors)
-    evidence += bundle_signals(view)
-    evidence += projector_signals(view)
+    evidence += bundle_signals(view) + projector_signals(view)
     markov_rank, rank_signals = read_markov_rank(view, markov_tables)
     evidence += rank_signals
     markov_head = read_markov_head(view, markov_rank, tensors, markov_tables)
