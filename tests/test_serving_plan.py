@@ -1,5 +1,6 @@
-"""The serving plan without sglang: every fixture checkpoint and every embedded drafter, on the support
-records of both sglang lines (0.5.17: no mask-fill DSPARK layout; 0.5.23: with it)."""
+"""The serving plan without sglang: every fixture checkpoint (the census's and the released formats')
+and every embedded drafter, on the support records of both sglang lines (0.5.17: no mask-fill DSPARK
+layout; 0.5.23: with it)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from checkpoints import FIXTURES, write_checkpoint
+from released_checkpoints import RELEASED
 
 from sglang_dspark_plugin.architectures import DSPARK_ARCHITECTURES, SGLANG_DSPARK_ARM
 from sglang_dspark_plugin.errors import DsparkHarvestError, GeometryError
@@ -24,6 +26,7 @@ from sglang_dspark_plugin.serving import (
 )
 from sglang_dspark_plugin.serving.plan import ZERO_MARKOV_HEAD
 
+ALL_FIXTURES = {**FIXTURES, **RELEASED}  # the census fixtures and the released formats
 SUPPORTS = {v: SglangSupport.for_version(v) for v in ("0.5.17", "0.5.23")}
 ENVS = (None, "dflash", "dspark")
 EMBEDDED_BUILTIN = {  # drafter -> (builtin, sample_from_anchor, verify window) where it is served
@@ -37,7 +40,7 @@ EMBEDDED_BUILTIN = {  # drafter -> (builtin, sample_from_anchor, verify window) 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("plan-fixtures")
-    return {name: write_checkpoint(root, name) for name in FIXTURES}
+    return {name: write_checkpoint(root, fx) for name, fx in ALL_FIXTURES.items()}
 
 
 def _plan(draft: str | Path, version: str, env: str | None = None, **flags: object) -> ServePlan:
@@ -75,9 +78,9 @@ def _check_plan(plan: ServePlan, expected_arm: str, version: str) -> None:
 
 @pytest.mark.parametrize("version", SUPPORTS)
 @pytest.mark.parametrize("env", ENVS, ids=lambda v: f"env={v!r}")
-@pytest.mark.parametrize("name", sorted(FIXTURES))
+@pytest.mark.parametrize("name", sorted(ALL_FIXTURES))
 def test_the_plan_of_every_fixture(name: str, env: str | None, version: str, folders) -> None:
-    fx = FIXTURES[name]
+    fx = ALL_FIXTURES[name]
     try:
         plan = _plan(folders[name], version, env)
     except DsparkHarvestError as err:
