@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import GeometryError
 from ..serving import ALGORITHM, make_plan
+from .contract import require_worker_contract
 from .resolution import (
     PLAN_ATTR,
     announce,
@@ -57,8 +58,6 @@ def rewrite_to_builtin(server_args: Any) -> Any:
     if not wants_plugin(record):
         return None
     plan = make_plan(launch_request(record), sglang_support())
-    from .contract import require_worker_contract
-
     require_worker_contract()  # a sglang that lacks what the workers need stops here, once
     override_steps_and_topk(record, plan.builtin)
     # The builtin reads the block size from the checkpoint itself and derives steps and topk; the plan
