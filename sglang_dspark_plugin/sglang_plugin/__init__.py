@@ -8,15 +8,15 @@ does not import sglang; ``register()`` does.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
+from ..logsafe import safe_logger
 from ..serving import ALGORITHM
 from . import builtin, contract, hooks
 from .contract import FIX as _FIX
 from .resolution import require_plan
 
-logger = logging.getLogger("sglang_dspark_plugin.sglang_plugin")
+logger = safe_logger("sglang_dspark_plugin.sglang_plugin")
 
 
 def is_registered() -> bool:

@@ -18,10 +18,10 @@ launcher and the Engine). Where neither fires (a script that builds ``ServerArgs
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from ..errors import GeometryError
+from ..logsafe import safe_logger
 from ..serving import ALGORITHM, make_plan
 from .contract import require_worker_contract
 from .resolution import (
@@ -37,7 +37,7 @@ from .resolution import (
     unwrap_record,
 )
 
-logger = logging.getLogger("sglang_dspark_plugin.sglang_plugin")
+logger = safe_logger("sglang_dspark_plugin.sglang_plugin")
 
 SOURCE = f"{ALGORITHM} (resolved as builtin)"
 
