@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .architectures import DFLASH, DSPARK
-from .errors import CensusConflictError
+from .errors import CensusConflictError, printable
 
 TIER_EXPLICIT = 1
 """Explicit declarations: sample_from_anchor, query_zero_predicts_next, dspark_bonus_anchor, ..."""
@@ -30,6 +30,11 @@ class Signal:
     tier: int  # TIER_EXPLICIT, TIER_STRUCTURAL or TIER_INFO
     vote: str | None  # "dflash", "dspark" or None (no vote)
     note: str = ""
+
+    def __post_init__(self) -> None:
+        # A signal is named after a key, a file or a tensor: a name from a checkpoint is escaped here,
+        # once, so no listing of the evidence (startup line, warning, refusal, alarm) carries it raw.
+        object.__setattr__(self, "signal", printable(self.signal))
 
     def to_json(self) -> dict[str, Any]:
         """``{signal, value, tier, vote[, note]}`` as listed in ``inspect --json`` and the manifest."""

@@ -8,13 +8,15 @@ does not import sglang; ``register()`` does.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
+from ..logsafe import safe_logger
 from ..serving import ALGORITHM
+from . import builtin, contract, hooks
 from .contract import FIX as _FIX
+from .resolution import require_plan
 
-logger = logging.getLogger("sglang_dspark_plugin.sglang_plugin")
+logger = safe_logger("sglang_dspark_plugin.sglang_plugin")
 
 
 def is_registered() -> bool:
@@ -31,8 +33,6 @@ def is_registered() -> bool:
 def _factory(server_args: Any) -> type:
     """The factory of the registered algorithm: only reached where the early rewrite did not run, so
     it refuses (``resolution.require_plan``) instead of serving through a second route."""
-    from .resolution import require_plan
-
     require_plan(server_args, f"the registered {ALGORITHM} worker factory")
     raise AssertionError("unreachable: a launch with a plan is served as its builtin")
 
@@ -48,8 +48,6 @@ def register() -> bool:
     whether the algorithm is registered afterwards.
     """
     try:
-        from . import contract
-
         version = contract.sglang_version()
         if is_registered():
             return True
@@ -67,7 +65,6 @@ def register() -> bool:
             )
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-        from . import builtin, hooks
         from .spec_algo import DsparkHarvestSpecAlgo
 
         # The hooks first: if one fails, nothing is registered (they are inert for other algorithms).

@@ -18,11 +18,12 @@ launcher and the Engine). Where neither fires (a script that builds ``ServerArgs
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from ..errors import GeometryError
+from ..logsafe import safe_logger
 from ..serving import ALGORITHM, make_plan
+from .contract import require_worker_contract
 from .resolution import (
     PLAN_ATTR,
     announce,
@@ -36,7 +37,7 @@ from .resolution import (
     unwrap_record,
 )
 
-logger = logging.getLogger("sglang_dspark_plugin.sglang_plugin")
+logger = safe_logger("sglang_dspark_plugin.sglang_plugin")
 
 SOURCE = f"{ALGORITHM} (resolved as builtin)"
 
@@ -57,8 +58,6 @@ def rewrite_to_builtin(server_args: Any) -> Any:
     if not wants_plugin(record):
         return None
     plan = make_plan(launch_request(record), sglang_support())
-    from .contract import require_worker_contract
-
     require_worker_contract()  # a sglang that lacks what the workers need stops here, once
     override_steps_and_topk(record, plan.builtin)
     # The builtin reads the block size from the checkpoint itself and derives steps and topk; the plan

@@ -18,6 +18,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from .resolution import plan_of, published_server_args
+
 _PARSE_MODULE = "sglang.srt.speculative.dspark_components.dspark_config"
 PARSE_HOOK_TARGET = f"{_PARSE_MODULE}.parse_dspark_draft_config"
 """sglang's DSpark draft-config parser; every Markov-rank refusal reads its result."""
@@ -135,8 +137,6 @@ def served_markov_after_parse(result: Any, *args: Any, **kwargs: Any) -> Any:
     name = config.get("_name_or_path") if isinstance(config, dict) else getattr(config, "_name_or_path", None)
     if not name:
         return None
-    from .resolution import plan_of, published_server_args
-
     plan = plan_of(published_server_args())
     if plan is None or plan.served_markov_head is None:
         return None

@@ -14,17 +14,16 @@ pickle and deep-copy it into every scheduler process. Nothing goes through the p
 from __future__ import annotations
 
 import json
-import logging
 import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import InvalidCheckpointError
-from ..geometry import manifest_json
+from ..logsafe import safe_logger
 from ..serving import ALGORITHM, MANIFEST_ENV_VAR, LaunchRequest, ServePlan, ServeRefusal, SglangSupport
+from ..serving.manifest import write_manifest
 from ..serving.plan import DFLASH_BLOCK_FLAG, DSPARK_BLOCK_FLAG, flag_field
 
-logger = logging.getLogger("sglang_dspark_plugin.sglang_plugin")
+logger = safe_logger("sglang_dspark_plugin.sglang_plugin")
 
 PLAN_ATTR = "_dspark_harvest_plan"
 """Private attribute on sglang's server args: the ``ServePlan`` of this launch."""
@@ -148,22 +147,8 @@ def announce(plan: ServePlan, *, write: bool = True) -> None:
     logger.info("%s geometry manifest: %s", ALGORITHM, json.dumps(plan.manifest, sort_keys=True, default=str))
     path = plan.request.manifest_path
     if write and path:
-        write_manifest(path, plan.manifest)
-        logger.info("%s geometry manifest written to %s", ALGORITHM, path)
-
-
-def write_manifest(path: str, manifest: dict[str, Any]) -> None:
-    """Write the manifest to ``path``; refused with the variable's name when that fails."""
-    from pathlib import Path
-
-    try:
-        Path(path).write_text(manifest_json(manifest) + "\n", encoding="utf-8")
-    except OSError as err:
-        raise InvalidCheckpointError(
-            f"{MANIFEST_ENV_VAR}={path!r}: cannot write the geometry manifest there ({err}); "
-            f"point {MANIFEST_ENV_VAR} at a writable file path or unset it.",
-            where=MANIFEST_ENV_VAR,
-        ) from err
+        written = write_manifest(path, plan.manifest, protected=(plan.cfg.path, plan.request.target))
+        logger.info("%s geometry manifest written to %s", ALGORITHM, written)
 
 
 __all__ = [
@@ -182,5 +167,4 @@ __all__ = [
     "require_plan",
     "published_server_args",
     "announce",
-    "write_manifest",
 ]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -18,6 +17,7 @@ from sglang.srt.speculative.dspark_components.dspark_worker_v2 import DSparkWork
 
 from ..errors import GeometryError
 from ..harvest import ENV_VAR, DsparkHarvest
+from ..logsafe import safe_logger
 from ..rank_agreement import agreement_values, check_rank_agreement
 from ..serving import ServePlan
 from ..serving.layout import DFLASH, DSPARK, MASK_FILL, MASK_FILL_DSPARK, SHIFTED, harvest_layout
@@ -36,7 +36,7 @@ from .resolution import announce, read_arg, require_plan
 if TYPE_CHECKING:
     from ..telemetry import AcceptTelemetry
 
-logger = logging.getLogger(__name__)
+logger = safe_logger("sglang_dspark_plugin.sglang_plugin")
 
 WORKER_CONTRACT: list[tuple[str, str, tuple[str, ...] | None]] = [
     # (module, qualname, parameter names the workers pass or override; None = existence only).

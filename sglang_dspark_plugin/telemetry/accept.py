@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import GeometryError, HarvestEnvError
 from ..harvest import DsparkHarvest
+from ..logsafe import safe_logger
 from ..validation import is_int
 from .alarm import Alarm, RollingAlarm
 from .counts import CountPacker
@@ -55,7 +56,7 @@ class AcceptTelemetry:
         self.evidence = tuple(evidence)
         self.settings = s = settings if settings is not None else TelemetrySettings.from_env()
         self.metrics = _checked_metrics(metrics, gamma)
-        self.logger = logger if logger is not None else logging.getLogger(ACCEPT_LOGGER)
+        self.logger = logger if logger is not None else safe_logger(ACCEPT_LOGGER)
         self.dp_rank = dp_rank
         self.tag = f"{self.harvest}({source})"
         # Appended to every line: with data-parallel attention each DP group logs its own rounds.
