@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..bounds import check_tensor_count
 from ..checkpoint_files import describe, read_index, read_safetensors_header, regular_file, shard_files
 from ..errors import InvalidCheckpointError, printable
 
@@ -67,6 +68,7 @@ def weight_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
     shapes: dict[str, tuple[int, ...]] = {}
     for path in weight_files(folder):
         shapes.update({name: info.shape for name, info in read_safetensors_header(path).items()})
+        check_tensor_count(len(shapes), printable(path))
     return shapes
 
 
