@@ -53,7 +53,9 @@ def _census_under_a_cap(folder: Path, cap: int = 1 << 30) -> dict[str, Any]:
         f"    cfg = census({str(folder)!r}); out = {{'vote': cfg.verdict}}\n"
         "except DsparkHarvestError as exc:\n"
         "    out = {'refused': exc.message}\n"
-        "out['peak_mb'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024\n"
+        # VmHWM, not ru_maxrss: the latter keeps the parent's size from before the exec
+        "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0]\n"
+        "out['peak_mb'] = int(hwm.split()[1]) / 1024\n"
         "print(json.dumps(out))\n"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
