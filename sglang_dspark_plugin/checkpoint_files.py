@@ -150,11 +150,13 @@ def read_bounded(path: str | os.PathLike[str], what: str, limit: int, fix: str) 
                 where=where,
             )
         try:
-            data = handle.read(limit + 1)
+            data = handle.read(size + 1)  # not limit + 1: a read allocates what it is asked for
         except OSError as exc:
             raise _os_error(path, exc, what) from exc
-    if len(data) > limit:  # the file grew after the stat
-        raise InvalidCheckpointError(f"{what} {where} is more than {limit} bytes; {fix}", where=where)
+    if len(data) > size:  # it grew after the stat, or its size is not its length (a /proc file)
+        raise InvalidCheckpointError(
+            f"{what} {where} holds more than the {size} bytes its size says; {fix}", where=where
+        )
     return data
 
 
