@@ -9,9 +9,14 @@ reads is refused as the safetensors library refuses it.
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidCheckpointError, printable
+
+if TYPE_CHECKING:
+    from .draft_config import Signal
 
 MAX_TENSORS = 500_000
 """Tensors one checkpoint may name, over its index and every safetensors header. The largest
@@ -24,6 +29,15 @@ METADATA_MEMBERS = 1_000
 """Object members allowed beside the tensors of an index or a header (``metadata``, ``__metadata__``)."""
 MAX_CONFIG_MEMBERS = 1_000_000
 """Object members in a config.json: real ones hold hundreds (with a vocabulary inlined, ~100k)."""
+
+MAX_LAYER_IDS = 256
+"""Target layers a drafter may read (published drafters read 3 to 6); each id is ``< MAX_LAYER_ID``."""
+MAX_LAYER_ID = 4096
+"""Beyond the deepest published target (~130 layers) by far; a layer id is a small integer."""
+LAYER_ID_KEYS = ("target_layer_ids", "dspark_target_layer_ids", "aux_hidden_state_layer_ids")
+MAX_SIGNAL_CHARS = 4096
+"""A piece of evidence as JSON, at most: it is written into the startup line, the manifest, every
+alarm and the report, so a config value of megabytes must not become one."""
 
 MAX_NDIM = 64
 """Dimensions of one tensor (models use up to ~6); bounds the work of multiplying a shape out."""
@@ -108,6 +122,44 @@ def tensor_entry(name: str, entry: Any, where: str, fix: str) -> tuple[str, tupl
     return dtype, tuple(shape), (offsets[0], offsets[1])
 
 
+def check_layer_id_lists(config: dict[str, Any], file: str) -> None:
+    """Refuse a list of target layer ids (any spelling, top level or one section down) longer than
+    ``MAX_LAYER_IDS`` or holding an integer id beyond ``MAX_LAYER_ID``, before anything reads it."""
+    nodes = [("", config), *((f"{k}.", v) for k, v in config.items() if isinstance(v, dict))]
+    for prefix, node in nodes:
+        for key in LAYER_ID_KEYS:
+            ids = node.get(key)
+            if not isinstance(ids, list):
+                continue  # the census says what a non-list is
+            big = [i for i in ids[:MAX_LAYER_IDS] if type(i) is int and i >= MAX_LAYER_ID]
+            if len(ids) > MAX_LAYER_IDS or big:
+                what = f"{len(ids)} ids" if not big else f"the id {short_int(big[0])}"
+                raise InvalidCheckpointError(
+                    f"{file}: {prefix}{key} holds {what}, but a drafter reads at most {MAX_LAYER_IDS} "
+                    f"target layers, each below {MAX_LAYER_ID}; set the layer ids the drafter was "
+                    "trained with (published drafters read 3 to 6).",
+                    where=f"{file}:{prefix}{key}",
+                )
+
+
+def short_int(n: int) -> str:
+    """An integer for a message: its digits, or how many there are when they are too many to show."""
+    return str(n) if n < 10**40 else f"<an integer of {n.bit_length()} bits>"
+
+
+def check_signal_sizes(evidence: Iterable[Signal], file: str) -> None:
+    """Refuse evidence whose name or value, as JSON, is longer than ``MAX_SIGNAL_CHARS``."""
+    for signal in evidence:
+        size = max(len(signal.signal), len(json.dumps(signal.value, default=str)))
+        if size > MAX_SIGNAL_CHARS:
+            raise InvalidCheckpointError(
+                f"{file}: the evidence {printable(signal.signal, 120)} is {size} characters long, more "
+                f"than the {MAX_SIGNAL_CHARS} any setting or tensor name of a drafter takes; fix that "
+                "value (or the tensor name) in the checkpoint.",
+                where=printable(signal.signal, 200),
+            )
+
+
 def check_metadata(metadata: Any, where: str, fix: str) -> None:
     """A safetensors ``__metadata__``: an object of string values, as the library requires."""
     if not isinstance(metadata, dict):
@@ -130,10 +182,17 @@ __all__ = [
     "METADATA_MEMBERS",
     "MAX_CONFIG_MEMBERS",
     "MAX_NDIM",
+    "MAX_LAYER_IDS",
+    "MAX_LAYER_ID",
+    "LAYER_ID_KEYS",
+    "MAX_SIGNAL_CHARS",
     "SAFETENSORS_DTYPE_BITS",
     "check_members",
     "check_tensor_count",
     "tensor_bytes",
     "tensor_entry",
     "check_metadata",
+    "check_layer_id_lists",
+    "check_signal_sizes",
+    "short_int",
 ]

@@ -161,3 +161,48 @@ def test_a_target_config_is_bounded_by_its_weights_before_transformers_allocates
         check_cmd.load_target(target, torch.device("cpu"), torch.float32)
     assert says in info.value.message and "config.json" in info.value.where
     assert "bfloat16" not in info.value.message  # the config is the problem, not the machine
+
+
+def _draft(tmp_path: Path, name: str, **changes: Any) -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({**DRAFT, **changes}))
+    return folder
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"dflash_config": {"target_layer_ids": [1] * 300}},
+        {"target_layer_ids": [2, 10**30]},
+        {"dspark_target_layer_ids": list(range(5000))},
+        {"aux_hidden_state_layer_ids": [4096]},
+    ],
+)
+def test_layer_id_lists_are_bounded_before_they_are_read(tmp_path, changes):
+    from sglang_dspark_plugin.bounds import MAX_LAYER_IDS
+
+    with pytest.raises(InvalidCheckpointError) as info:
+        census(_draft(tmp_path, "ckpt", **changes))
+    assert str(MAX_LAYER_IDS) in info.value.message and "layer_ids" in info.value.where
+    assert len(info.value.message) < 500
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"architectures": ["X" * 100_000], "speculators_model_type": "dflash"},  # a name, no vote
+        {"shift_label": list(range(100_000))},
+        {"dflash_config": {"projector_type": "p" * 100_000}},
+    ],
+)
+def test_a_setting_of_megabytes_never_becomes_evidence_in_a_log_line(tmp_path, capsys, changes):
+    from sglang_dspark_plugin.bounds import MAX_SIGNAL_CHARS
+    from sglang_dspark_plugin.cli import main
+
+    folder = _draft(tmp_path, "ckpt", **changes)
+    with pytest.raises(InvalidCheckpointError) as info:
+        census(folder)
+    assert str(MAX_SIGNAL_CHARS) in info.value.message and len(info.value.message) < 500
+    assert main(["inspect", "--json", str(folder)]) == 2
+    assert len(capsys.readouterr().out) < 1000  # the report of a refusal, not of the value

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 
 from ..architectures import DFLASH_ARCHITECTURES, DOMINO_ARCHITECTURES, DSPARK_ARCHITECTURES
+from ..bounds import check_layer_id_lists, check_signal_sizes
 from ..draft_config import DflashCfg
 from .decision import decide
 from .fields import (
@@ -69,6 +70,7 @@ def census(path_or_hub_id: str | os.PathLike[str]) -> DflashCfg:
     # the files: config.json, tensor names, a training state's strategy
     folder = resolve_checkpoint(path_or_hub_id)
     view = ConfigView(str(folder), read_config(folder))
+    check_layer_id_lists(view.config, view.file)  # before a list of millions is read id by id
     tensors, markov_tables = read_tensor_names(folder)
     strategy = read_training_strategy(folder / TRAINING_STATE)
 
@@ -98,7 +100,8 @@ def census(path_or_hub_id: str | os.PathLike[str]) -> DflashCfg:
     mask_token_id = read_mask_token_id(view, vocab_size)
     num_target_layers, target_layer_ids = read_target_layers(view)
 
-    # the tier rule, once
+    # the tier rule, once; the evidence is bounded, as every log line and report writes it
+    check_signal_sizes(evidence, view.file)
     decision = decide(evidence)
     return DflashCfg(
         path=view.folder,
