@@ -206,3 +206,39 @@ def test_a_setting_of_megabytes_never_becomes_evidence_in_a_log_line(tmp_path, c
     assert str(MAX_SIGNAL_CHARS) in info.value.message and len(info.value.message) < 500
     assert main(["inspect", "--json", str(folder)]) == 2
     assert len(capsys.readouterr().out) < 1000  # the report of a refusal, not of the value
+
+
+# -- check: the decode bounded by the target's context -------------------------------------------------------
+
+
+def test_check_refuses_max_new_tokens_past_the_context_before_loading(capsys, monkeypatch):
+    from sglang_dspark_plugin.cli import main
+
+    monkeypatch.setattr("sglang_dspark_plugin.check.cli.load_target", _must_not_run)
+    assert main(["check", "--json", "--no-progress", "--max-new-tokens", str(10**9)]) == 2
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error["kind"] == "usage" and error["where"] == "--max-new-tokens" and "1024" in error["message"]
+
+
+def test_check_refuses_a_prompt_past_the_context_before_any_prefill(capsys, monkeypatch):
+    from sglang_dspark_plugin.cli import main
+
+    monkeypatch.setattr("sglang_dspark_plugin.check.cli.measure", _must_not_run)
+    prompt = " ".join(["the cat sat on the mat"] * 2000)  # 12,000 words
+    assert main(["check", "--json", "--no-progress", "--max-new-tokens", "8", "--prompt", prompt]) == 2
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error["kind"] == "usage" and error["where"] == "--prompt" and "context of 1024" in error["message"]
+
+
+def test_the_context_is_read_where_transformers_configs_put_it():
+    from sglang_dspark_plugin.engine.context import check_context, target_context
+
+    assert target_context({"max_position_embeddings": 4096}) == 4096
+    assert target_context({"n_positions": 1024}) == 1024
+    assert (
+        target_context({"text_config": {"max_position_embeddings": 8192}, "max_position_embeddings": 1})
+        == 8192
+    )
+    assert target_context({"max_position_embeddings": True}) is None and target_context(None) is None
+    check_context(1024, [1000], 8, 16)  # 1024 positions exactly: fine
+    check_context(None, [10**6], 10**9, 16)  # no declared context: nothing to compare
