@@ -33,7 +33,10 @@ def require_environ(environ: object, parameter: str) -> Mapping[str, str]:
     """``environ`` (or the process environment for ``None``), refused when it is not a mapping."""
     if environ is None:
         return os.environ
-    return require_type(environ, Mapping, parameter, "pass a mapping such as os.environ, or None.")  # type: ignore[no-any-return]
+    checked: Mapping[str, str] = require_type(
+        environ, Mapping, parameter, "pass a mapping such as os.environ, or None."
+    )
+    return checked
 
 
 __all__ = ["is_int", "environment", "require_type", "require_environ"]

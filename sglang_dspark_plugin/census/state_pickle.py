@@ -37,7 +37,7 @@ class _Stub:
         pass
 
 
-class _Dict(dict):  # type: ignore[type-arg]
+class _Dict(dict[Any, Any]):
     """A pickled dict: no attributes (BUILD fails), and no key set twice."""
 
     __slots__ = ()
@@ -50,7 +50,7 @@ class _Dict(dict):  # type: ignore[type-arg]
         super().__setitem__(key, value)
 
 
-class _OrderedDict(OrderedDict):  # type: ignore[type-arg]
+class _OrderedDict(OrderedDict[Any, Any]):
     """``collections.OrderedDict`` as torch.save writes it: built empty, ``_metadata`` its only attribute."""
 
     __slots__ = ()
@@ -112,10 +112,13 @@ def _refused(self: StateUnpickler) -> None:
     raise pickle.UnpicklingError("a protocol-5 out-of-band buffer, which torch.save never writes")
 
 
-class StateUnpickler(pickle._Unpickler):
+_PurePythonUnpickler: Any = pickle._Unpickler  # its stack, marks and dispatch table are not in the stubs
+
+
+class StateUnpickler(_PurePythonUnpickler):
     """Unpickles ``data`` (a torch checkpoint's ``data.pkl``) within the budgets above."""
 
-    dispatch = dict(pickle._Unpickler.dispatch)
+    dispatch: dict[int, Any] = dict(_PurePythonUnpickler.dispatch)
 
     def __init__(self, data: bytes) -> None:
         super().__init__(_Exact(data))

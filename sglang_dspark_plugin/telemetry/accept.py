@@ -50,8 +50,7 @@ class AcceptTelemetry:
         logger: logging.Logger | None = None,
         dp_rank: int | None = None,
     ) -> None:
-        _check_arguments(gamma, harvest)
-        _check_types(source, evidence, settings, clock, logger, dp_rank)
+        _check_arguments(gamma, harvest, source, evidence, settings, clock, logger, dp_rank)
         self.gamma = gamma
         self.harvest = harvest.name()  # the serialized name, as every line and the summary write it
         self.source = source
@@ -230,7 +229,8 @@ class AcceptTelemetry:
         return describe_line(self)
 
 
-def _check_arguments(gamma: object, harvest: object) -> None:
+def _check_arguments(gamma: object, harvest: object, *others: object) -> None:
+    """Each argument's type and range, refused by name (a wrong one would fail deep in a round)."""
     if not is_int(gamma) or not 1 <= gamma <= MAX_GAMMA:
         raise GeometryError(
             f"telemetry gamma={short(gamma, 60)} is not an integer in 1..{MAX_GAMMA}; pass "
@@ -243,6 +243,7 @@ def _check_arguments(gamma: object, harvest: object) -> None:
             "DsparkHarvest.DSPARK (DsparkHarvest.from_name maps a serialized name to one).",
             where="AcceptTelemetry(harvest=...)",
         )
+    _check_types(*others)
 
 
 def _check_types(
@@ -253,7 +254,7 @@ def _check_types(
     logger: object,
     dp_rank: object,
 ) -> None:
-    """The other arguments' types, each refused by name (a wrong one would fail deep in a round)."""
+    """source, evidence, settings, clock, logger and dp_rank."""
     require_type(source, str, "AcceptTelemetry(source=...)", "pass Resolution.source ('env', 'census', ...).")
     require_type(evidence, (tuple, list), "AcceptTelemetry(evidence=...)", "pass Resolution.evidence.")
     for signal in evidence:  # type: ignore[attr-defined]  # a tuple or a list, checked above
