@@ -194,3 +194,44 @@ def test_training_states_with_sparse_meta_quantized_and_nested_tensors_are_read(
         torch.save({"strategy": "dspark", "global_step": 3, name: value}, folder / "training_state.pt")
         cfg = census(folder)
         assert cfg.verdict == "dspark" and cfg.deciding_tier == 1, name
+
+
+# -- random damage: a typed refusal or a result, nothing else ---------------------------------------------
+
+
+def _real_state_pickle() -> bytes:
+    import io
+
+    import torch
+
+    layer = torch.nn.Linear(2, 2)
+    buffer = io.BytesIO()
+    torch.save({"strategy": "dspark", "model": layer.state_dict(), "step": 3}, buffer)
+    with zipfile.ZipFile(buffer) as archive:
+        return archive.read(next(n for n in archive.namelist() if n.endswith("data.pkl")))
+
+
+def test_damaged_torch_pickles_end_in_a_strategy_or_a_typed_refusal(tmp_path):
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from sglang_dspark_plugin.census.training_state import read_training_strategy
+
+    pristine = _real_state_pickle()
+    path = tmp_path / "training_state.pt"
+    edit = st.tuples(st.integers(0, len(pristine) - 1), st.integers(0, 255))
+
+    @settings(max_examples=150, deadline=None, database=None)
+    @given(st.lists(edit, min_size=1, max_size=4))
+    def damaged(edits: list[tuple[int, int]]) -> None:
+        data = bytearray(pristine)
+        for at, byte in edits:
+            data[at] = byte
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("archive/data.pkl", bytes(data))
+        try:
+            read_training_strategy(path)
+        except InvalidCheckpointError as exc:
+            assert "training_state.pt" in exc.message
+
+    damaged()
