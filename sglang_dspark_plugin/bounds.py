@@ -30,12 +30,12 @@ METADATA_MEMBERS = 1_000
 MAX_CONFIG_MEMBERS = 1_000_000
 """Object members in a config.json: real ones hold hundreds (with a vocabulary inlined, ~100k)."""
 
-MAX_LAYER_IDS = 256
+MAX_LAYER_IDS = 64
 """Target layers a drafter may read (published drafters read 3 to 6); each id is ``< MAX_LAYER_ID``."""
 MAX_LAYER_ID = 4096
 """Beyond the deepest published target (~130 layers) by far; a layer id is a small integer."""
 LAYER_ID_KEYS = ("target_layer_ids", "dspark_target_layer_ids", "aux_hidden_state_layer_ids")
-MAX_SIGNAL_CHARS = 4096
+MAX_SIGNAL_CHARS = 1024
 """A piece of evidence as JSON, at most: it is written into the startup line, the manifest, every
 alarm and the report, so a config value of megabytes must not become one."""
 
