@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..bounds import check_tensor_count
 from ..checkpoint_files import list_dir, printable, read_index, read_safetensors_header, shard_files
 from ..errors import InvalidCheckpointError
 
@@ -38,6 +39,7 @@ def target_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
     shapes: dict[str, tuple[int, ...]] = {}
     for path in sorted(files):
         shapes.update((name, info.shape) for name, info in read_safetensors_header(path).items())
+        check_tensor_count(len(shapes), printable(path))
     return shapes
 
 
