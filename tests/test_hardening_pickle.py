@@ -221,7 +221,7 @@ def test_damaged_torch_pickles_end_in_a_strategy_or_a_typed_refusal(tmp_path):
     path = tmp_path / "training_state.pt"
     edit = st.tuples(st.integers(0, len(pristine) - 1), st.integers(0, 255))
 
-    @settings(max_examples=150, deadline=None, database=None)
+    @settings(max_examples=80, deadline=None, database=None)
     @given(st.lists(edit, min_size=1, max_size=4))
     def damaged(edits: list[tuple[int, int]]) -> None:
         data = bytearray(pristine)
