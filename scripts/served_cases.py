@@ -38,11 +38,14 @@ MATCHED = {
     "dspark-zero-markov": "dspark",
     "dspark-markov": "dspark",
     "dspark-maskfill": "dflash",
+    "dspark-maskfill-tensors-head": "dflash",
 }
 """The harvest each drafter was trained for."""
 MASK_FILL_DSPARK = "dspark-maskfill"
 """The mask-fill drafter with a DSpark architecture and a Markov head: DSPARK serves it with
 ``sample_from_anchor`` false, its gamma (b-1) given by ``--speculative-dspark-block-size``."""
+MASK_FILL_TENSORS_HEAD = "dspark-maskfill-tensors-head"
+"""The same drafter, its Markov head declared only by its ``markov_head.*`` tensors."""
 MASK_FILL_DSPARK_SGLANG = "0.5.23"
 """The first sglang whose DSPARK has the mask-fill layout."""
 
@@ -106,6 +109,7 @@ RUNS: dict[str, Run] = {
             extra_args=(("speculative_dspark_block_size", 7),),
         ),
         Run("plugin/dspark-maskfill", PLUGIN, MASK_FILL_DSPARK),
+        Run("plugin/dspark-maskfill-tensors-head", PLUGIN, MASK_FILL_TENSORS_HEAD),
         Run("plugin-forced-dflash/dflash", PLUGIN, "dflash", harvest="dflash"),
         Run("plugin-forced-dspark/dflash", PLUGIN, "dflash", harvest="dspark"),
         Run("plugin-forced-dspark/dspark", PLUGIN, "dspark", harvest="dspark"),
@@ -150,6 +154,14 @@ CASES: tuple[Case, ...] = (
         ("builtin-DSPARK/dspark-maskfill", "plugin/dspark-maskfill"),
         "census -> dflash harvest on a DSpark drafter with a Markov head: served by DSPARK with "
         "sample_from_anchor=false (7 drafts, window 8), the same as the builtin with that gamma",
+        min_sglang=MASK_FILL_DSPARK_SGLANG,
+    ),
+    Case(
+        "mask-fill-DSpark-head-declared-by-tensors-only-is-builtin-DSPARK",
+        "identical",
+        ("builtin-DSPARK/dspark-maskfill", "plugin/dspark-maskfill-tensors-head"),
+        "the same weights with no markov_rank in config.json and sample_from_anchor nested: the plan's "
+        "head answers sglang's parse in every scheduler; the same rounds as the builtin",
         min_sglang=MASK_FILL_DSPARK_SGLANG,
     ),
     Case(
@@ -238,12 +250,33 @@ def zero_markov_variant(shifted_drafter: Path, out: Path) -> Path:
     return out
 
 
+def tensors_head_variant(mask_fill_drafter: Path, out: Path) -> Path:
+    """Copy the mask-fill DSpark drafter with every Markov-rank and head-type key removed from its
+    config.json (its ``markov_head.*`` tensors alone declare the head) and ``sample_from_anchor``
+    moved into ``dflash_config``: the same weights, in spellings only the census reads."""
+    import shutil
+
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = json.loads((mask_fill_drafter / "config.json").read_text())
+    markov_keys = ("markov_rank", "markov_head_type")
+    nested = {k: v for k, v in cfg.get("dflash_config", {}).items() if k not in markov_keys}
+    nested["sample_from_anchor"] = cfg.pop("sample_from_anchor")
+    cfg = {k: v for k, v in cfg.items() if k not in markov_keys}
+    cfg["dflash_config"] = nested
+    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    shutil.copyfile(mask_fill_drafter / "model.safetensors", out / "model.safetensors")
+    return out
+
+
 def drafter_folders(embedded_root: Path, workdir: Path) -> dict[str, Path]:
-    """Every drafter key -> a folder (the zero-Markov variant is written under ``workdir``)."""
+    """Every drafter key -> a folder (the variants are written under ``workdir``)."""
     embedded = ("dflash", "dspark", "dspark-markov", MASK_FILL_DSPARK)
     folders = {key: embedded_root / f"drafter-{key}" for key in embedded}
     folders["dspark-zero-markov"] = zero_markov_variant(
         folders["dspark"], workdir / "drafter-dspark-zero-markov"
+    )
+    folders[MASK_FILL_TENSORS_HEAD] = tensors_head_variant(
+        folders[MASK_FILL_DSPARK], workdir / f"drafter-{MASK_FILL_TENSORS_HEAD}"
     )
     return folders
 

@@ -10,7 +10,6 @@ reads is refused as the safetensors library refuses it.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidCheckpointError, printable
@@ -147,8 +146,8 @@ def short_int(n: int) -> str:
     return str(n) if n < 10**40 else f"<an integer of {n.bit_length()} bits>"
 
 
-def check_signal_sizes(evidence: Iterable[Signal], file: str) -> None:
-    """Refuse evidence whose name or value, as JSON, is longer than ``MAX_SIGNAL_CHARS``."""
+def bounded_evidence(evidence: list[Signal], file: str) -> list[Signal]:
+    """``evidence``, refused when a signal's name or value, as JSON, is longer than ``MAX_SIGNAL_CHARS``."""
     for signal in evidence:
         size = max(len(signal.signal), len(json.dumps(signal.value, default=str)))
         if size > MAX_SIGNAL_CHARS:
@@ -158,6 +157,7 @@ def check_signal_sizes(evidence: Iterable[Signal], file: str) -> None:
                 "value (or the tensor name) in the checkpoint.",
                 where=printable(signal.signal, 200),
             )
+    return evidence
 
 
 def check_metadata(metadata: Any, where: str, fix: str) -> None:
@@ -193,6 +193,6 @@ __all__ = [
     "tensor_entry",
     "check_metadata",
     "check_layer_id_lists",
-    "check_signal_sizes",
+    "bounded_evidence",
     "short_int",
 ]

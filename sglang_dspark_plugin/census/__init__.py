@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 
 from ..architectures import DFLASH_ARCHITECTURES, DOMINO_ARCHITECTURES, DSPARK_ARCHITECTURES
-from ..bounds import check_layer_id_lists, check_signal_sizes
+from ..bounds import bounded_evidence
 from ..draft_config import DflashCfg
 from .decision import decide
 from .fields import (
@@ -36,6 +36,7 @@ from .fields import (
 )
 from .files import INDEX, MARKOV_TABLES, read_config, read_tensor_names
 from .locate import CONFIG, resolve_checkpoint
+from .markov import read_markov_head
 from .rules import (
     DOMINO_MESSAGE,
     DOMINO_PREFIXES,
@@ -70,7 +71,6 @@ def census(path_or_hub_id: str | os.PathLike[str]) -> DflashCfg:
     # the files: config.json, tensor names, a training state's strategy
     folder = resolve_checkpoint(path_or_hub_id)
     view = ConfigView(str(folder), read_config(folder))
-    check_layer_id_lists(view.config, view.file)  # before a list of millions is read id by id
     tensors, markov_tables = read_tensor_names(folder)
     strategy = read_training_strategy(folder / TRAINING_STATE)
 
@@ -92,6 +92,7 @@ def census(path_or_hub_id: str | os.PathLike[str]) -> DflashCfg:
     evidence += projector_signals(view)
     markov_rank, rank_signals = read_markov_rank(view, markov_tables)
     evidence += rank_signals
+    markov_head = read_markov_head(view, markov_rank, tensors, markov_tables)
     evidence += weight_signals(tensors)
     evidence += shift_label_signals(view)
 
@@ -100,9 +101,8 @@ def census(path_or_hub_id: str | os.PathLike[str]) -> DflashCfg:
     mask_token_id = read_mask_token_id(view, vocab_size)
     num_target_layers, target_layer_ids = read_target_layers(view)
 
-    # the tier rule, once; the evidence is bounded, as every log line and report writes it
-    check_signal_sizes(evidence, view.file)
-    decision = decide(evidence)
+    # the tier rule, once, on evidence bounded in size (every log line and report writes it)
+    decision = decide(bounded_evidence(evidence, view.file))
     return DflashCfg(
         path=view.folder,
         block_size=block_size,
@@ -113,6 +113,7 @@ def census(path_or_hub_id: str | os.PathLike[str]) -> DflashCfg:
         vocab_size=vocab_size,
         hidden_size=hidden_size,
         markov_rank=markov_rank,
+        markov_head=markov_head,
         evidence=tuple(evidence),
         deciding_tier=decision.tier,
         conflict=decision.conflict,

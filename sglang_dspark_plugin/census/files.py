@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..bounds import MAX_CONFIG_MEMBERS, check_tensor_count
+from ..bounds import MAX_CONFIG_MEMBERS, check_layer_id_lists, check_tensor_count
 from ..checkpoint_files import (
     MAX_CONFIG_BYTES,
     list_dir,
@@ -42,6 +42,7 @@ def read_config(folder: Path) -> dict[str, Any]:
             "the config.",
             where=printable(path),
         )
+    check_layer_id_lists(data, printable(path))  # before a list of millions is read id by id
     return data
 
 

@@ -13,6 +13,7 @@ from ..draft_config import Signal
 from ..errors import ArgumentTypeError, GeometryError, HarvestEnvError
 from ..geometry import MAX_GAMMA
 from ..harvest import DsparkHarvest
+from ..logsafe import safe_logger
 from ..reprs import short
 from ..validation import is_int, require_type
 from .alarm import Alarm, RollingAlarm
@@ -57,7 +58,7 @@ class AcceptTelemetry:
         self.evidence = tuple(evidence)
         self.settings = s = settings if settings is not None else TelemetrySettings.from_env()
         self.metrics = _checked_metrics(metrics, gamma)
-        self.logger = logger if logger is not None else logging.getLogger(ACCEPT_LOGGER)
+        self.logger = logger if logger is not None else safe_logger(ACCEPT_LOGGER)
         self.dp_rank = dp_rank
         self.tag = f"{self.harvest}({source})"
         # Appended to every line: with data-parallel attention each DP group logs its own rounds.
@@ -269,7 +270,9 @@ def _check_types(
             where="AcceptTelemetry(clock=...)",
         )
     if logger is not None:
-        require_type(logger, logging.Logger, "AcceptTelemetry(logger=...)", "pass a logging.Logger.")
+        require_type(
+            logger, (logging.Logger, logging.LoggerAdapter), "AcceptTelemetry(logger=...)", "pass a Logger."
+        )
     if dp_rank is not None and (not is_int(dp_rank) or dp_rank < 0):
         raise ArgumentTypeError(
             f"AcceptTelemetry(dp_rank={short(dp_rank, 40)}) must be None or a non-negative integer.",
