@@ -90,6 +90,11 @@ class Run:
         return env
 
 
+NARROW_DFLASH = (("speculative_dflash_block_size", 4),)
+"""DFLASH's block of 4 for the block-8 mask-fill drafter: 3 drafts from rows 1..3, window 4."""
+NARROW_DSPARK = (("speculative_dspark_block_size", 4),)
+"""DSPARK's gamma of 4 for the block-7 shifted drafter: 4 drafts from rows 0..3, window 5."""
+
 RUNS: dict[str, Run] = {
     r.name: r
     for r in (
@@ -110,6 +115,11 @@ RUNS: dict[str, Run] = {
         ),
         Run("plugin/dspark-maskfill", PLUGIN, MASK_FILL_DSPARK),
         Run("plugin/dspark-maskfill-tensors-head", PLUGIN, MASK_FILL_TENSORS_HEAD),
+        # a narrower window than the drafter was trained for: the same aligned rows, fewer of them
+        Run("builtin-DFLASH/dflash-block-4", "DFLASH", "dflash", extra_args=NARROW_DFLASH),
+        Run("plugin/dflash-block-4", PLUGIN, "dflash", extra_args=NARROW_DFLASH),
+        Run("builtin-DSPARK/dspark-markov-gamma-4", "DSPARK", "dspark-markov", extra_args=NARROW_DSPARK),
+        Run("plugin/dspark-markov-gamma-4", PLUGIN, "dspark-markov", extra_args=NARROW_DSPARK),
         Run("plugin-forced-dflash/dflash", PLUGIN, "dflash", harvest="dflash"),
         Run("plugin-forced-dspark/dflash", PLUGIN, "dflash", harvest="dspark"),
         Run("plugin-forced-dspark/dspark", PLUGIN, "dspark", harvest="dspark"),
@@ -127,6 +137,7 @@ class Case:
     runs: tuple[str, ...]
     what: str = field(default="", compare=False)
     min_sglang: str | None = None  # the first sglang version the case applies to
+    window: int | None = None  # the verify window the plugin's run must serve (and log) when narrowed
 
 
 CASES: tuple[Case, ...] = (
@@ -147,6 +158,20 @@ CASES: tuple[Case, ...] = (
         "identical",
         ("builtin-DSPARK/dspark-markov", "plugin/dspark-markov"),
         "the SpecForge-shaped drafter (vanilla Markov head, confidence head, block 7): same as DSPARK",
+    ),
+    Case(
+        "narrower-DFLASH-block-is-builtin-DFLASH",
+        "identical",
+        ("builtin-DFLASH/dflash-block-4", "plugin/dflash-block-4"),
+        "--speculative-dflash-block-size 4 on the block-8 drafter: served narrower, as the builtin",
+        window=4,
+    ),
+    Case(
+        "narrower-DSPARK-gamma-is-builtin-DSPARK",
+        "identical",
+        ("builtin-DSPARK/dspark-markov-gamma-4", "plugin/dspark-markov-gamma-4"),
+        "--speculative-dspark-block-size 4 on the block-7 shifted drafter: served narrower, as the builtin",
+        window=5,
     ),
     Case(
         "mask-fill-DSpark-drafter-is-builtin-DSPARK-sample-from-anchor-false",
@@ -349,9 +374,24 @@ def _first_difference(a: list[list[int]], b: list[list[int]]) -> str:
     return "" if len(a) == len(b) else f"{len(a)} vs {len(b)} requests"
 
 
-def check_identical(builtin: Outcome, plugin: Outcome, greedy: list[list[int]]) -> list[Check]:
-    """The plugin's arm serves exactly as the builtin: tokens, verify counts, sglang's accept lengths."""
+WINDOW_LINE = re.compile(r"DSPARK_HARVEST: harvest=.*? verify window=(\d+)")
+
+
+def check_identical(
+    builtin: Outcome, plugin: Outcome, greedy: list[list[int]], window: int | None = None
+) -> list[Check]:
+    """The plugin's arm serves exactly as the builtin: tokens, verify counts, sglang's accept lengths;
+    its startup line names the served window (``window`` where the case narrows it) and its logged
+    accept lengths stay within it (the telemetry counts with the served gamma)."""
+    found = WINDOW_LINE.search(plugin.log)
+    served = int(found.group(1)) if found else 0
+    max_accept = served
     return [
+        Check(
+            "the plugin's startup line names the served window",
+            bool(found) and (window is None or served == window),
+            f"logged {served}, expected {window}",
+        ),
         Check(
             "tokens equal the builtin's",
             plugin.outputs == builtin.outputs,
@@ -373,6 +413,11 @@ def check_identical(builtin: Outcome, plugin: Outcome, greedy: list[list[int]]) 
             f"{plugin.meta_accept_lengths()} vs {builtin.meta_accept_lengths()}",
         ),
         Check("the plugin logs every round", bool(plugin.round_lines())),
+        Check(
+            "the plugin's accept lengths fit the served window",
+            all(1 <= v <= max_accept for _, values in plugin.round_lines() for v in values),
+            f"at most {max_accept} per round",
+        ),
         Check("the builtin has no plugin telemetry", not builtin.round_lines()),
     ]
 

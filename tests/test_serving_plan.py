@@ -157,14 +157,38 @@ def test_refusals_name_the_flag(folders) -> None:
     with pytest.raises(DsparkHarvestError, match="needs a draft checkpoint"):
         make_plan(LaunchRequest(draft=None), SUPPORTS["0.5.23"])
     with pytest.raises(GeometryError) as info:
-        _plan(draft, "0.5.23", num_draft_tokens=3)
+        _plan(draft, "0.5.23", num_draft_tokens=9)  # wider than the trained block of 4
     assert info.value.where == "--speculative-num-draft-tokens"
+    with pytest.raises(GeometryError, match="disagree"):
+        _plan(draft, "0.5.23", num_draft_tokens=3, dflash_block_size=2)
     with pytest.raises(DsparkHarvestError, match="is not a block size") as bad:
         _plan(draft, "0.5.23", num_draft_tokens="eight")
     assert bad.value.where == "--speculative-num-draft-tokens"
     with pytest.raises(ServeRefusal, match="disaggregation") as pd:
         _plan(draft, "0.5.23", disaggregation_mode="decode")
     assert pd.value.kind == "unsupported"
+
+
+@pytest.mark.parametrize(
+    ("drafter", "flags", "gamma", "declared_gamma"),
+    [
+        ("drafter-dflash", {"dflash_block_size": 4}, 3, None),
+        ("drafter-dflash", {"num_draft_tokens": 5}, 4, None),
+        ("drafter-dspark-markov", {"dspark_block_size": 4}, 4, 4),
+        ("drafter-dspark-markov", {"num_draft_tokens": 5}, 4, 4),  # DSPARK needs its gamma flag then
+        ("drafter-dspark-maskfill", {"dspark_block_size": 3}, 3, 3),
+        ("drafter-dspark-maskfill", {"dspark_block_size": 7}, 7, 7),  # the trained gamma, b-1: not narrower
+    ],
+)
+def test_a_narrower_width_is_served_in_its_builtins_terms(drafter, flags, gamma, declared_gamma) -> None:
+    from sglang_dspark_plugin.embedded import EMBEDDED
+
+    plan = _plan(EMBEDDED.root / drafter, "0.5.23", **flags)
+    assert plan.geometry.gamma == gamma and plan.geometry.verify_window == gamma + 1
+    assert plan.declared_args.get("speculative_dspark_block_size") == declared_gamma
+    assert plan.narrowed == (gamma != _plan(EMBEDDED.root / drafter, "0.5.23").geometry.gamma)
+    rows = plan.geometry.harvested_rows
+    assert plan.geometry.trained_offsets == tuple(range(1, gamma + 1)) and len(rows) == gamma  # aligned
 
 
 def test_a_markov_head_only_the_tensors_declare(tmp_path) -> None:

@@ -27,11 +27,11 @@ from .refusals import (
     ALGORITHM,
     as_serve_refusal,
     check_servable,
-    check_width_flags,
     flag_int,
     refuse_disaggregation,
     refuse_uncapturable,
 )
+from .width import served_block_size
 
 MANIFEST_ENV_VAR = MANIFEST.name
 """When set to a path, the launcher writes the geometry manifest there at startup."""
@@ -116,6 +116,7 @@ class ServePlan:
     layout: Layout
     block_size_source: str  # "config.json", or the flag that gave it
     manifest: dict[str, Any] = field(compare=False)
+    trained_block_size: int | None = None  # the checkpoint's block when the launch serves a narrower one
 
     @property
     def harvest(self) -> DsparkHarvest:
@@ -145,10 +146,15 @@ class ServePlan:
         return ZERO_MARKOV_HEAD if head is None else (head.rank, cast(str, head.head_type))
 
     @property
+    def narrowed(self) -> bool:
+        """Whether the launch serves a narrower block than the checkpoint was trained on."""
+        return self.trained_block_size not in (None, self.geometry.block_size)
+
+    @property
     def gamma_flag(self) -> dict[str, int]:
-        """DSPARK takes gamma from its block-size flag: b-1 for a mask-fill DSpark drafter; else nothing
-        (the builtin reads the block size from the checkpoint itself)."""
-        if not self.layout.mask_fill_dspark:
+        """DSPARK takes gamma from its block-size flag: b-1 for a mask-fill DSpark drafter, the served
+        gamma for a narrower block; else nothing (the builtin reads the block from the checkpoint)."""
+        if self.builtin != DSPARK or not (self.layout.mask_fill_dspark or self.narrowed):
             return {}
         return {flag_field(DSPARK_BLOCK_FLAG): self.geometry.gamma}
 
@@ -172,6 +178,8 @@ class ServePlan:
         else:
             src = "default (no training-strategy signal in the checkpoint; the historical mask-fill arm)"
         note = "" if self.block_size_source == "config.json" else f" (from {self.block_size_source})"
+        if self.narrowed:
+            note += f", narrowed from the trained {self.trained_block_size}"
         return (
             f"{ALGORITHM}: harvest={g.harvest.name()} ({self.layout.describe()} semantics) from {src}; "
             f"block_size={g.block_size}{note}, drafts per round={g.gamma} "
@@ -194,7 +202,7 @@ def _block_size(cfg: DflashCfg, harvest: DsparkHarvest, request: LaunchRequest) 
 
 
 def _resolve(request: LaunchRequest) -> tuple[DflashCfg, Resolution, RoundGeometry, str]:
-    """Census, harvest and geometry of the requested draft; typed errors as sglang shows them."""
+    """Census, harvest and trained geometry of the requested draft; typed errors as sglang shows them."""
     from ..census import census
 
     if not request.draft:
@@ -218,10 +226,11 @@ def _resolve(request: LaunchRequest) -> tuple[DflashCfg, Resolution, RoundGeomet
 def make_plan(request: LaunchRequest, support: SglangSupport) -> ServePlan:
     """The plan for ``request`` on ``support``, after every refusal that is the plugin's own."""
     refuse_disaggregation(request)
-    cfg, resolution, geometry, block_size_source = _resolve(request)
+    cfg, resolution, trained, block_size_source = _resolve(request)
     layout = layout_for(resolution.harvest, cfg)
     try:
-        check_width_flags(request, geometry, cfg.path)
+        served = served_block_size(request, trained, layout, cfg.path)
+        geometry = trained if served == trained.block_size else RoundGeometry(trained.harvest, served)
         refuse_uncapturable(request, cfg)
         check_servable(cfg, layout, resolution, request.target, support)
     except DsparkHarvestError as err:
@@ -238,11 +247,15 @@ def make_plan(request: LaunchRequest, support: SglangSupport) -> ServePlan:
             "speculative_num_draft_tokens": geometry.verify_window,
             "block_size_source": block_size_source,
             "markov_head": None if cfg.markov_head is None else cfg.markov_head.to_json(),
+            "trained_block_size": trained.block_size,
             "draft": request.draft,
             "draft_revision": request.draft_revision,
         },
     )
-    return ServePlan(request, support, cfg, resolution, geometry, layout, block_size_source, manifest)
+    narrowed = None if geometry is trained else trained.block_size
+    return ServePlan(
+        request, support, cfg, resolution, geometry, layout, block_size_source, manifest, narrowed
+    )
 
 
 __all__ = [

@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..architectures import DSPARK_ARCHITECTURES, SGLANG_DSPARK_ARM
 from ..draft_config import DflashCfg
-from ..errors import DsparkHarvestError, GeometryError, InvalidCheckpointError, UnsupportedCheckpointError
-from ..geometry import RoundGeometry
+from ..errors import DsparkHarvestError, InvalidCheckpointError, UnsupportedCheckpointError
 from ..harvest import ENV_VAR, Resolution
 from ..validation import is_int
 from .layout import DSPARK, Layout, architectures_of
@@ -75,37 +74,6 @@ def refuse_disaggregation(request: LaunchRequest) -> None:
             kind="unsupported",
             where="--disaggregation-mode",
         )
-
-
-def check_width_flags(request: LaunchRequest, geometry: RoundGeometry, checkpoint: str) -> None:
-    """Refuse a ``--speculative-num-draft-tokens`` or block-size flag that contradicts the geometry."""
-    g = geometry
-    why = (
-        "A wrong width is the same silent collapse as a wrong convention: drafts are verified against "
-        "positions their rows were not trained for (or trained rows are dropped); nothing crashes, "
-        f"acceptance just falls. Remove the flag ({ALGORITHM} sets it from the checkpoint), or set it "
-        f"to the value above. To serve the other convention, set {ENV_VAR}."
-    )
-    geometry_text = (
-        f"the {g.harvest.name()} harvest of {checkpoint} (block_size {g.block_size}: "
-        f"{g.gamma} drafts from rows {g.harvested_rows[0]}..{g.harvested_rows[-1]}, "
-        f"verify window {g.verify_window} = n_drafts(b) + 1)"
-    )
-    ndt = request.num_draft_tokens
-    if ndt is not None and flag_int("--speculative-num-draft-tokens", ndt) != g.verify_window:
-        raise GeometryError(
-            f"{ALGORITHM}: --speculative-num-draft-tokens {ndt} contradicts {geometry_text}; it must be "
-            f"{g.verify_window} (the verify window: the anchor plus {g.gamma} drafts). {why}",
-            where="--speculative-num-draft-tokens",
-        )
-    for flag, value in request.block_size_flags().items():
-        if value is not None and flag_int(flag, value) != g.block_size:
-            raise GeometryError(
-                f"{ALGORITHM}: {flag} {value} contradicts {geometry_text}; the block size is the number "
-                f"of rows the drafter was trained on, read from the checkpoint, so it must be "
-                f"{g.block_size}. {why}",
-                where=flag,
-            )
 
 
 def refuse_uncapturable(request: LaunchRequest, cfg: DflashCfg) -> None:
@@ -240,7 +208,6 @@ __all__ = [
     "as_serve_refusal",
     "flag_int",
     "refuse_disaggregation",
-    "check_width_flags",
     "refuse_uncapturable",
     "require_mask_token",
     "dspark_arm_names",

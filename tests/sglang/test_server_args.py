@@ -231,17 +231,37 @@ def test_num_draft_tokens_flag(arm: str, target_dir: Path, checkpoint_dir: Path,
     right = expected_verify_window(b, arm)
     _, view = resolve(target_dir, draft, "--speculative-num-draft-tokens", str(right))
     assert view.speculative_num_draft_tokens == right
-    # the other convention's width: exactly the silent-collapse mistake
-    wrong = expected_verify_window(b, "dspark" if arm == "dflash" else "dflash")
+    # a wider window verifies drafts from rows never trained: exactly the silent-collapse mistake
+    wrong = right + 1
     with pytest.raises(GeometryError) as info:
         resolve(target_dir, draft, "--speculative-num-draft-tokens", str(wrong))
     msg = str(info.value)
     assert isinstance(info.value, ValueError)
-    assert f"--speculative-num-draft-tokens {wrong}" in msg
-    assert f"must be {right}" in msg
+    assert f"--speculative-num-draft-tokens {wrong}" in msg and "wider" in msg
+    assert f"the widest: --speculative-num-draft-tokens {right}" in msg
     assert f"block_size {b}" in msg and arm in msg
     assert "silent collapse" in msg
     assert str(draft) in msg
+
+
+@pytest.mark.parametrize("arm", ("dflash", "dspark"))
+def test_a_narrower_window_is_served_as_the_builtin_serves_it(
+    arm: str, target_dir: Path, checkpoint_dir: Path, monkeypatch
+) -> None:
+    """Fewer drafts from the same aligned rows (high batch sizes want it): served; the plan, the
+    telemetry's gamma and sglang's resolved window all say the served width."""
+    name = "specforge_dflash"
+    b = FIXTURES[name].block_size
+    draft = write_checkpoint(checkpoint_dir, name)
+    monkeypatch.setenv("MEMRA_DSPARK_HARVEST", arm)
+    narrower = expected_verify_window(b, arm) - 1
+    record, view = resolve(target_dir, draft, "--speculative-num-draft-tokens", str(narrower))
+    plan = resolution.plan_of(record)
+    assert view.speculative_num_draft_tokens == narrower == plan.geometry.verify_window
+    assert plan.narrowed and plan.trained_block_size == b and plan.manifest["trained_block_size"] == b
+    assert plan.geometry.gamma == narrower - 1
+    if arm == "dspark":  # DSPARK takes its gamma from its block-size flag: the plan declares it
+        assert view.speculative_dspark_block_size == plan.geometry.gamma
 
 
 @pytest.mark.parametrize("flag", ("--speculative-dflash-block-size", "--speculative-dspark-block-size"))
@@ -256,7 +276,7 @@ def test_block_size_flags(flag: str, arm: str, target_dir: Path, checkpoint_dir:
     with pytest.raises(GeometryError) as info:
         resolve(target_dir, draft, flag, str(b + 1))
     msg = str(info.value)
-    assert f"{flag} {b + 1}" in msg and f"must be {b}" in msg and "silent collapse" in msg
+    assert f"{flag} {b + 1}" in msg and "wider" in msg and "silent collapse" in msg
 
 
 @pytest.mark.parametrize("mode", ("prefill", "decode"))
