@@ -101,6 +101,13 @@ class SettingsError(DsparkHarvestError, ValueError):
     kind = "env"
 
 
+class ArgumentTypeError(DsparkHarvestError, TypeError):
+    """A Python API call got an argument of the wrong type (a dict for a ``DflashCfg``, a str for a
+    ``DsparkHarvest``); the message names the parameter, the type it got and the one it takes."""
+
+    kind = "type"
+
+
 __all__ = [
     "DsparkHarvestError",
     "HarvestEnvError",
@@ -112,4 +119,5 @@ __all__ = [
     "UsageError",
     "MemoryLimitError",
     "SettingsError",
+    "ArgumentTypeError",
 ]

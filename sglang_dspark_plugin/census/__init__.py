@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 
 from ..architectures import DFLASH_ARCHITECTURES, DOMINO_ARCHITECTURES, DSPARK_ARCHITECTURES
+from ..bounds import bounded_evidence
 from ..draft_config import DflashCfg
 from .decision import decide
 from .dialects import deepseek_signals, hidden_size_key, target_layer_count_key, torchspec_signals
@@ -101,8 +102,8 @@ def census(path_or_hub_id: str | os.PathLike[str]) -> DflashCfg:
     mask_token_id = read_mask_token_id(view, vocab_size)
     num_target_layers, target_layer_ids = read_target_layers(view, target_layer_count_key(view))
 
-    # the tier rule, once
-    decision = decide(evidence)
+    # the tier rule, once, on evidence bounded in size (every log line and report writes it)
+    decision = decide(bounded_evidence(evidence, view.file))
     return DflashCfg(
         path=view.folder,
         block_size=block_size,

@@ -7,12 +7,15 @@ import re
 import stat
 from pathlib import Path
 
-from ..checkpoint_files import describe, printable, stat_path
+from ..checkpoint_files import MAX_CONFIG_BYTES, describe, printable, read_bounded, regular_file, stat_path
 from ..errors import InvalidCheckpointError
 
 CONFIG = "config.json"
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_COMMIT_HASH = re.compile(r"[0-9a-f]{40}")
+MAX_REF_BYTES = 256
+"""A cache ref (``refs/main``) holds one 40-hex commit hash; huggingface_hub reads it whole."""
 
 
 def resolve_checkpoint(path_or_hub_id: str | os.PathLike[str]) -> Path:
@@ -70,9 +73,36 @@ def _hf_hub_cache() -> str:
     return os.path.join(home, "hub")
 
 
+def check_cache_files(cache: str, repo_id: str, revision: str = "main") -> None:
+    """Check the cache files huggingface_hub reads whole before it finds a snapshot: the ref and the
+    commit's tree listing. A FIFO there would block the lookup, a device such as /dev/zero would be
+    read without end, and a ref that is not a commit hash would name a folder outside ``snapshots``."""
+    storage = Path(cache) / ("models--" + repo_id.replace("/", "--"))
+    fix = f"delete it (and re-run huggingface-cli download {repo_id}), or pass a local folder."
+    data = read_bounded(storage / "refs" / revision, "Hugging Face cache ref", MAX_REF_BYTES, fix)
+    if data is None:
+        return  # no ref: huggingface_hub finds nothing and says so
+    if not _COMMIT_HASH.fullmatch(data.decode("latin-1")):
+        where = printable(storage / "refs" / revision)
+        raise InvalidCheckpointError(
+            f"{where} holds {printable(repr(data), 80)}, not a 40-hex commit hash as huggingface_hub writes; "
+            f"{fix}",
+            where=where,
+        )
+    tree = storage / "trees" / f"{data.decode('ascii')}.json"
+    found = regular_file(tree, "Hugging Face cache tree listing", fix)
+    if found is not None and found.st_size > MAX_CONFIG_BYTES:
+        raise InvalidCheckpointError(
+            f"{printable(tree)} is {found.st_size} bytes, more than the {MAX_CONFIG_BYTES} a tree listing "
+            f"takes; {fix}",
+            where=printable(tree),
+        )
+
+
 def _from_hf_cache(repo_id: str) -> Path:
     cache = _hf_hub_cache()
     fetch = f"huggingface-cli download {repo_id} (or pass a local folder)"
+    check_cache_files(cache, repo_id)
     try:
         from huggingface_hub import snapshot_download
 
@@ -92,4 +122,4 @@ def _from_hf_cache(repo_id: str) -> Path:
     return Path(folder)
 
 
-__all__ = ["CONFIG", "resolve_checkpoint"]
+__all__ = ["CONFIG", "MAX_REF_BYTES", "check_cache_files", "resolve_checkpoint"]

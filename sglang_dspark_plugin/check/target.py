@@ -122,9 +122,12 @@ def load_target(path: str | Path, device: torch.device, dtype: torch.dtype) -> t
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
+    from ..engine.target_sizes import preflight_target
+
     hf_logging.disable_progress_bar()  # one progress bar (ours) on stderr
     folder = check_target_files(path)
     try:
+        preflight_target(folder)  # the config against the weights, before anything is allocated
         with memory_guard("loading the target"):
             tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
             # typed as a Module: transformers' own ``to`` wraps Module.to and loses its signature

@@ -214,6 +214,10 @@ def _built(build: Any, folder: Path) -> DFlashDraftModel:
     return model
 
 
+def _shapes(tensors: Mapping[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:
+    return {name: tuple(t.shape) for name, t in tensors.items()}
+
+
 def load_drafter(
     path: str | Path,
     device: str | torch.device = "cpu",
@@ -251,10 +255,11 @@ def load_drafter(
     def build() -> DFlashDraftModel:
         return DFlashDraftModel(_as_config(raw), **arguments)
 
-    check_sizes_before_allocating(build, raw, shapes, where)
+    expected = check_sizes_before_allocating(build, raw, shapes, where)
+    check_state_fits(expected, shapes, folder, raw["markov_head_type"], fmt)  # names, before allocating
     state = fmt.to_engine(read_state_dict(folder), folder)
     model = _built(build, folder)
-    check_state_fits(model.state_dict(), state, folder, raw["markov_head_type"], fmt)
+    check_state_fits(_shapes(model.state_dict()), _shapes(state), folder, raw["markov_head_type"], fmt)
     model.load_state_dict(state, strict=True)
     return model.to(device=device, dtype=dtype).eval()
 
