@@ -61,16 +61,16 @@ from .training_state import MAX_STATE_PICKLE_BYTES, TRAINING_STATE, read_trainin
 from .view import ConfigView
 
 
-def census(path_or_hub_id: str | os.PathLike[str]) -> DflashCfg:
-    """Read a draft checkpoint folder (or a hub id already in the local HF cache) without its weights.
+def census(
+    path_or_hub_id: str | os.PathLike[str], revision: str | None = None, *, download: bool = False
+) -> DflashCfg:
+    """Read a draft checkpoint (a folder, or a hub id at ``revision``: ``locate``) without its weights.
 
-    Returns the ``DflashCfg`` with every signal, its tier and its vote. Raises
-    ``InvalidCheckpointError`` (missing, malformed or out-of-range input) or
-    ``UnsupportedCheckpointError`` (Domino, not a DFlash-family drafter); contradictory evidence
-    is not raised here but recorded in ``DflashCfg.conflict``.
-    """
+    Returns the ``DflashCfg`` with every signal, its tier and its vote. Raises ``InvalidCheckpointError``
+    (missing, malformed or out-of-range input) or ``UnsupportedCheckpointError`` (Domino, not a
+    DFlash-family drafter); contradictory evidence is recorded in ``DflashCfg.conflict``, not raised."""
     # the files: config.json, tensor names, a training state's strategy
-    folder = resolve_checkpoint(path_or_hub_id)
+    folder = resolve_checkpoint(path_or_hub_id, revision, download=download)
     view = ConfigView(str(folder), read_config(folder))
     tensors, markov_tables = read_tensor_names(folder)
     strategy = read_training_strategy(folder / TRAINING_STATE)

@@ -1,4 +1,10 @@
-"""Where a draft checkpoint lives: a local folder, or a hub id already in the local Hugging Face cache."""
+"""Where a draft checkpoint lives: a local folder, or a hub id at a revision in the Hugging Face cache.
+
+A hub id resolves the way sglang resolves ``--speculative-draft-model-path`` with
+``--speculative-draft-model-revision``: the same cache, the same revision (a branch or tag through
+``refs/``, or a commit hash). ``inspect`` and ``check`` never download; the serving plan may, as the
+builtin would, unless ``HF_HUB_OFFLINE`` is set.
+"""
 
 from __future__ import annotations
 
@@ -18,8 +24,11 @@ MAX_REF_BYTES = 256
 """A cache ref (``refs/main``) holds one 40-hex commit hash; huggingface_hub reads it whole."""
 
 
-def resolve_checkpoint(path_or_hub_id: str | os.PathLike[str]) -> Path:
-    """A local checkpoint folder for a path or a hub id; never downloads."""
+def resolve_checkpoint(
+    path_or_hub_id: str | os.PathLike[str], revision: str | None = None, *, download: bool = False
+) -> Path:
+    """A local checkpoint folder for a path or a hub id at ``revision`` (default ``main``; a local path
+    has none); with ``download``, a revision missing from the cache is fetched unless ``HF_HUB_OFFLINE``."""
     if not isinstance(path_or_hub_id, (str, os.PathLike)):
         raise InvalidCheckpointError(
             f"checkpoint must be a folder path or a hub id, got {path_or_hub_id!r}; "
@@ -43,7 +52,7 @@ def resolve_checkpoint(path_or_hub_id: str | os.PathLike[str]) -> Path:
             where=printable(text),
         )
     if _HUB_ID.match(text):  # org/name; a relative path like ./x or ~/x does not match
-        return _from_hf_cache(text)
+        return _from_hf_cache(text, _revision(revision), download and not hub_offline())
     raise InvalidCheckpointError(
         f"checkpoint {printable(repr(text), 200)} does not exist; pass a local folder holding config.json, "
         "or a hub id (org/name) already in the local Hugging Face cache.",
@@ -99,14 +108,33 @@ def check_cache_files(cache: str, repo_id: str, revision: str = "main") -> None:
         )
 
 
-def _from_hf_cache(repo_id: str) -> Path:
+def hub_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` forbids downloads (huggingface_hub's own truthy spellings)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def _revision(revision: str | None) -> str:
+    if revision is None:
+        return "main"
+    if not isinstance(revision, str) or not re.fullmatch(r"[\w.\-/]{1,200}", revision) or ".." in revision:
+        raise InvalidCheckpointError(
+            f"draft revision {printable(repr(revision), 80)} is not a branch, tag or commit hash; pass "
+            "--speculative-draft-model-revision as the hub shows it (e.g. main, v1.0, or 40 hex digits).",
+            where="--speculative-draft-model-revision",
+        )
+    return revision
+
+
+def _from_hf_cache(repo_id: str, revision: str = "main", download: bool = False) -> Path:
     cache = _hf_hub_cache()
+    at = "" if revision == "main" else f" at revision {revision!r}"
     fetch = f"huggingface-cli download {repo_id} (or pass a local folder)"
-    check_cache_files(cache, repo_id)
+    if not _COMMIT_HASH.fullmatch(revision):
+        check_cache_files(cache, repo_id, revision)
     try:
         from huggingface_hub import snapshot_download
 
-        folder = snapshot_download(repo_id, local_files_only=True, cache_dir=cache)
+        folder = snapshot_download(repo_id, revision=revision, local_files_only=not download, cache_dir=cache)
     except ImportError as exc:
         raise InvalidCheckpointError(
             f"{repo_id!r} is not a local folder and huggingface_hub is not installed to look it up "
@@ -114,12 +142,19 @@ def _from_hf_cache(repo_id: str) -> Path:
             where=repo_id,
         ) from exc
     except Exception as exc:  # LocalEntryNotFoundError, HFValidationError, ... : all mean "not here"
+        how = (
+            "the download failed"
+            if download
+            else "HF_HUB_OFFLINE is set, so nothing is downloaded"
+            if hub_offline()
+            else "inspect and check never download"
+        )
         raise InvalidCheckpointError(
-            f"{repo_id!r} is not a local folder and not in the local Hugging Face cache ({cache}): "
-            f"{type(exc).__name__}. The census never downloads; fetch it first with {fetch}.",
+            f"{repo_id!r}{at} is not a local folder and not in the local Hugging Face cache ({cache}): "
+            f"{type(exc).__name__}; {how}. Fetch it first with {fetch}.",
             where=repo_id,
         ) from exc
     return Path(folder)
 
 
-__all__ = ["CONFIG", "MAX_REF_BYTES", "check_cache_files", "resolve_checkpoint"]
+__all__ = ["CONFIG", "MAX_REF_BYTES", "check_cache_files", "hub_offline", "resolve_checkpoint"]

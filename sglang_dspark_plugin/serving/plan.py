@@ -212,7 +212,8 @@ def _resolve(request: LaunchRequest) -> tuple[DflashCfg, Resolution, RoundGeomet
             where="--speculative-draft-model-path",
         )
     try:
-        cfg = census(request.draft)
+        # a hub id resolves as sglang resolves it: same cache and revision, downloaded unless offline
+        cfg = census(request.draft, request.draft_revision, download=True)
         environ = {} if request.harvest_env is None else {ENV_VAR: request.harvest_env}
         resolution = DsparkHarvest.explain(cfg, environ=environ)
         block_size, source = _block_size(cfg, resolution.harvest, request)
