@@ -137,6 +137,13 @@ MANIFEST = Setting(
     "a file path (printable, at most 4096 characters)",
     "where the launcher writes the geometry manifest at startup (unset: the log only)",
 )
+PEER_MANIFEST = Setting(
+    "MEMRA_DSPARK_PEER_MANIFEST",
+    "path",
+    None,
+    "a file path (printable, at most 4096 characters)",
+    "on a disaggregated decode server: the prefill server's manifest, whose plan this one must match",
+)
 ACCEPT_LOG_LEVEL = Setting(
     "MEMRA_DSPARK_ACCEPT_LOG_LEVEL",
     "level",
@@ -192,6 +199,7 @@ ALARM_WINDOW = Setting(
 SETTINGS: tuple[Setting, ...] = (
     HARVEST,
     MANIFEST,
+    PEER_MANIFEST,
     ACCEPT_LOG_LEVEL,
     SUMMARY_EVERY,
     ALARM_THRESHOLD,
@@ -223,6 +231,7 @@ __all__ = [
     "BY_NAME",
     "HARVEST",
     "MANIFEST",
+    "PEER_MANIFEST",
     "ACCEPT_LOG_LEVEL",
     "SUMMARY_EVERY",
     "ALARM_THRESHOLD",

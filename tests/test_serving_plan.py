@@ -5,6 +5,7 @@ layout; 0.5.23: with it)."""
 from __future__ import annotations
 
 import copy
+import json
 import pickle
 from pathlib import Path
 
@@ -167,9 +168,35 @@ def test_refusals_name_the_flag(folders) -> None:
     with pytest.raises(DsparkHarvestError, match="is not a block size") as bad:
         _plan(draft, "0.5.23", num_draft_tokens="eight")
     assert bad.value.where == "--speculative-num-draft-tokens"
-    with pytest.raises(ServeRefusal, match="disaggregation") as pd:
-        _plan(draft, "0.5.23", disaggregation_mode="decode")
+    with pytest.raises(ServeRefusal, match="build_disagg_draft_input") as pd:
+        _plan(draft, "0.5.17", disaggregation_mode="decode")  # 0.5.17 builds it for DSPARK only
     assert pd.value.kind == "unsupported"
+
+
+@pytest.mark.parametrize("mode", ("prefill", "decode"))
+def test_disaggregation_where_the_builtin_serves_it(mode: str, folders) -> None:
+    dflash, dspark = folders["specforge_dflash"], folders["dspark_markov_rank0"]
+    assert _plan(dflash, "0.5.23", disaggregation_mode=mode).builtin == DFLASH
+    assert _plan(dspark, "0.5.17", disaggregation_mode=mode).builtin == DSPARK
+    advice = _plan(dspark, "0.5.23", disaggregation_mode=mode).advice
+    assert bool(advice) == (mode == "decode") and all("MEMRA_DSPARK_PEER_MANIFEST" in a for a in advice)
+
+
+def test_a_decode_server_must_serve_its_prefill_servers_plan(folders, tmp_path: Path) -> None:
+    draft = folders["specforge_dflash"]
+    prefill = _plan(draft, "0.5.23", disaggregation_mode="prefill")
+    peer = tmp_path / "prefill.manifest.json"
+    peer.write_text(json.dumps(prefill.manifest, default=str))
+    same = _plan(draft, "0.5.23", disaggregation_mode="decode", peer_manifest=str(peer))
+    assert same.advice == () and same.manifest["draft_content"] == prefill.manifest["draft_content"]
+    with pytest.raises(ServeRefusal, match="differs from its prefill server") as info:
+        _plan(draft, "0.5.23", env="dspark", disaggregation_mode="decode", peer_manifest=str(peer))
+    assert "harvest" in info.value.message and "verify_window" in info.value.message
+    other = folders["zlab_dflash"]  # another checkpoint: its content fingerprint differs
+    with pytest.raises(ServeRefusal, match="draft_content"):
+        _plan(other, "0.5.23", disaggregation_mode="decode", peer_manifest=str(peer))
+    with pytest.raises(DsparkHarvestError, match="no such file"):
+        _plan(draft, "0.5.23", disaggregation_mode="decode", peer_manifest=str(tmp_path / "none.json"))
 
 
 @pytest.mark.parametrize(

@@ -20,9 +20,11 @@ from ..draft_config import DflashCfg
 from ..errors import DsparkHarvestError, InvalidCheckpointError
 from ..geometry import BLOCK_SIZE_FLAGS, RoundGeometry, build_manifest
 from ..harvest import ENV_VAR, DsparkHarvest, Resolution
-from ..settings import MANIFEST, read_setting
+from ..settings import MANIFEST, PEER_MANIFEST, read_setting
 from ..telemetry.settings import TelemetrySettings
+from ..tensor_headers import content_fingerprint, tensor_headers
 from .layout import DSPARK, Layout, architectures_of, layout_for
+from .peer import check_peer
 from .refusals import (
     ALGORITHM,
     as_serve_refusal,
@@ -52,12 +54,14 @@ class SglangSupport:
 
     version: str
     mask_fill_dspark: bool  # DSPARK reads sample_from_anchor (the mask-fill layout): 0.5.23 on
+    disaggregation: tuple[str, ...] = ("DSPARK",)  # builtins whose prefill->decode draft state it builds
 
     @classmethod
     def for_version(cls, version: str) -> SglangSupport:
         """The support a released version has (the adapters detect it from sglang's code instead)."""
         numbers = tuple(int(n) for n in re.findall(r"\d+", version)[:3])
-        return cls(version, numbers >= (0, 5, 23))
+        recent = numbers >= (0, 5, 23)
+        return cls(version, recent, ("DFLASH", "DSPARK") if recent else ("DSPARK",))
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,7 @@ class LaunchRequest:
     disaggregation_mode: str | None = None
     harvest_env: str | None = None  # MEMRA_DSPARK_HARVEST, as given (the resolution parses and records it)
     manifest_path: str | None = None  # MEMRA_DSPARK_MANIFEST
+    peer_manifest: str | None = None  # MEMRA_DSPARK_PEER_MANIFEST (a disaggregated decode server)
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)  # the telemetry variables
 
     @classmethod
@@ -88,6 +93,7 @@ class LaunchRequest:
             disaggregation_mode=_text(args.get("disaggregation_mode")),
             harvest_env=environ.get(ENV_VAR),
             manifest_path=read_setting(MANIFEST_ENV_VAR, environ),
+            peer_manifest=read_setting(PEER_MANIFEST.name, environ),
             telemetry=TelemetrySettings.from_env(environ),
         )
 
@@ -117,6 +123,7 @@ class ServePlan:
     block_size_source: str  # "config.json", or the flag that gave it
     manifest: dict[str, Any] = field(compare=False)
     trained_block_size: int | None = None  # the checkpoint's block when the launch serves a narrower one
+    advice: tuple[str, ...] = ()  # WARNINGs the launcher logs with the plan
 
     @property
     def harvest(self) -> DsparkHarvest:
@@ -226,10 +233,10 @@ def _resolve(request: LaunchRequest) -> tuple[DflashCfg, Resolution, RoundGeomet
 
 def make_plan(request: LaunchRequest, support: SglangSupport) -> ServePlan:
     """The plan for ``request`` on ``support``, after every refusal that is the plugin's own."""
-    refuse_disaggregation(request)
     cfg, resolution, trained, block_size_source = _resolve(request)
     layout = layout_for(resolution.harvest, cfg)
     try:
+        refuse_disaggregation(request, layout, support)
         served = served_block_size(request, trained, layout, cfg.path)
         geometry = trained if served == trained.block_size else RoundGeometry(trained.harvest, served)
         refuse_uncapturable(request, cfg)
@@ -251,11 +258,18 @@ def make_plan(request: LaunchRequest, support: SglangSupport) -> ServePlan:
             "trained_block_size": trained.block_size,
             "draft": request.draft,
             "draft_revision": request.draft_revision,
+            "draft_content": content_fingerprint(cfg.raw, tensor_headers(cfg.path)),
+            "disaggregation_mode": request.disaggregation_mode,
         },
     )
+    try:
+        peer_advice = check_peer(request.disaggregation_mode, request.peer_manifest, manifest)
+    except DsparkHarvestError as err:
+        raise as_serve_refusal(err) from err
     narrowed = None if geometry is trained else trained.block_size
+    advice = () if peer_advice is None else (peer_advice,)
     return ServePlan(
-        request, support, cfg, resolution, geometry, layout, block_size_source, manifest, narrowed
+        request, support, cfg, resolution, geometry, layout, block_size_source, manifest, narrowed, advice
     )
 
 

@@ -62,19 +62,23 @@ def flag_int(flag: str, value: Any) -> int:
     return int(text)
 
 
-def refuse_disaggregation(request: LaunchRequest) -> None:
-    """Refuse prefill-decode disaggregation at startup (it would fail mid-request, not at launch)."""
+def refuse_disaggregation(request: LaunchRequest, layout: Layout, support: SglangSupport) -> None:
+    """Prefill-decode disaggregation where the builtin serves it; refused, with sglang's reason, where
+    this sglang builds no prefill->decode draft state for that builtin (it would fail on the first
+    transferred request, not at launch)."""
     mode = request.disaggregation_mode
-    if mode not in (None, "null"):
-        raise ServeRefusal(
-            f"{ALGORITHM} does not support prefill-decode disaggregation (--disaggregation-mode {mode}). "
-            "sglang builds the prefill->decode draft state only for its builtin algorithms "
-            "(SpeculativeAlgorithm.build_disagg_draft_input), and a harvest-resolved geometry has not "
-            "been validated across that transfer. Serve without --disaggregation-mode, or use the "
-            "builtin DFLASH/DSPARK with a checkpoint trained for that builtin's convention.",
-            kind="unsupported",
-            where="--disaggregation-mode",
-        )
+    if mode in (None, "null") or layout.builtin in support.disaggregation:
+        return
+    raise ServeRefusal(
+        f"{ALGORITHM}: --disaggregation-mode {mode} with a draft served as {layout.builtin}: sglang "
+        f"{support.version} builds the prefill->decode draft state (SpeculativeAlgorithm."
+        f"build_disagg_draft_input) for {', '.join(support.disaggregation) or 'no'} DFlash-family "
+        f"builtin only, so the builtin {layout.builtin} itself would fail on the first transferred "
+        "request. Serve without --disaggregation-mode, or with an sglang whose "
+        f"{layout.builtin} supports it (0.5.23 serves DFLASH and DSPARK under disaggregation).",
+        kind="unsupported",
+        where="--disaggregation-mode",
+    )
 
 
 def refuse_uncapturable(request: LaunchRequest, cfg: DflashCfg) -> None:
@@ -192,14 +196,8 @@ def check_servable(
         dspark_arm_names(architectures)
         _require_markov_head_type(cfg)
         _require_target_vocabulary(cfg, target)
-    elif cfg.markov_head is not None and any(a in DSPARK_ARCHITECTURES for a in architectures):
-        raise UnsupportedCheckpointError(
-            f"this drafter is mask-fill (dflash harvest) but has a rank-{cfg.markov_head.rank} Markov head "
-            f"(architectures={list(architectures)!r}); sglang's DFlash worker has no Markov head and would "
-            "silently drop it. DSPARK_HARVEST serves it through DSPARK with sample_from_anchor=false "
-            f"(sglang 0.5.23 or later), or, if it was trained shifted, with {ENV_VAR}=dspark.",
-            where="config.json: architectures / markov_rank",
-        )
+    elif any(a in DSPARK_ARCHITECTURES for a in architectures):
+        _refuse_dropped_markov_head(cfg, architectures)
     elif any(pattern_family(a) for a in architectures):
         raise UnsupportedCheckpointError(
             f"this drafter is mask-fill (dflash harvest) and its architectures={list(architectures)!r} name "
@@ -208,6 +206,18 @@ def check_servable(
             f"classes only ({', '.join(SGLANG_DSPARK_ARM)}). `dspark-harvest inspect` says which "
             "sglang version can serve it.",
             where="config.json: architectures",
+        )
+
+
+def _refuse_dropped_markov_head(cfg: DflashCfg, architectures: tuple[str, ...]) -> None:
+    """DFLASH has no Markov head: a DSpark-named mask-fill drafter with one would lose it."""
+    if cfg.markov_head is not None:
+        raise UnsupportedCheckpointError(
+            f"this drafter is mask-fill (dflash harvest) but has a rank-{cfg.markov_head.rank} Markov head "
+            f"(architectures={list(architectures)!r}); sglang's DFlash worker has no Markov head and would "
+            "silently drop it. DSPARK_HARVEST serves it through DSPARK with sample_from_anchor=false "
+            f"(sglang 0.5.23 or later), or, if it was trained shifted, with {ENV_VAR}=dspark.",
+            where="config.json: architectures / markov_rank",
         )
 
 

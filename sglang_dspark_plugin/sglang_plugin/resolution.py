@@ -88,11 +88,21 @@ def launch_request(server_args: Any, environ: Mapping[str, str] | None = None) -
 
 
 def sglang_support() -> SglangSupport:
-    """What this sglang can serve: its version, and whether its DSPARK has the mask-fill layout."""
+    """What this sglang can serve: its version, whether its DSPARK has the mask-fill layout, and which
+    builtins' prefill->decode draft state it builds (``speculative/<name>_disaggregation.py``)."""
+    import importlib.util
+
     import sglang
     from sglang.srt.speculative.dspark_components import dspark_config
 
-    return SglangSupport(str(sglang.__version__), hasattr(dspark_config, "get_dspark_sample_from_anchor"))
+    disaggregation = tuple(
+        name
+        for name in ("DFLASH", "DSPARK")
+        if importlib.util.find_spec(f"sglang.srt.speculative.{name.lower()}_disaggregation") is not None
+    )
+    return SglangSupport(
+        str(sglang.__version__), hasattr(dspark_config, "get_dspark_sample_from_anchor"), disaggregation
+    )
 
 
 def plan_of(server_args: Any) -> ServePlan | None:
@@ -142,7 +152,7 @@ def announce(plan: ServePlan, *, write: bool = True) -> None:
     """Log the plan and its manifest; with ``write``, write the manifest file where the launch asked
     for one (the launcher does; its scheduler processes only log)."""
     logger.info("%s", plan.describe())
-    for warning in plan.resolution.warnings:
+    for warning in (*plan.resolution.warnings, *plan.advice):
         logger.warning("%s: %s", ALGORITHM, warning)
     logger.info("%s geometry manifest: %s", ALGORITHM, json.dumps(plan.manifest, sort_keys=True, default=str))
     path = plan.request.manifest_path

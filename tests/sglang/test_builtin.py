@@ -161,6 +161,29 @@ def test_every_name_keyed_check_applies_as_to_the_builtin(
     assert not differs, (case, differs)
 
 
+@pytest.mark.parametrize("mode", ("prefill", "decode"))
+@pytest.mark.parametrize("builtin_name", ("DFLASH", "DSPARK"))
+def test_disaggregation_is_served_wherever_the_builtin_serves_it(builtin_name, mode) -> None:
+    """Where this sglang builds the builtin's prefill->decode draft state, DSPARK_HARVEST resolves
+    exactly as the builtin does; where it does not (0.5.17's DFLASH), the plugin refuses with that
+    reason instead of failing on the first transferred request."""
+    from sglang_dspark_plugin.sglang_plugin.resolution import sglang_support
+
+    flags = ("--disaggregation-mode", mode)
+    if builtin_name in sglang_support().disaggregation:
+        want = outcome(TARGET, builtin_name, DRAFT[builtin_name], *flags)
+        got = outcome(TARGET, "DSPARK_HARVEST", DRAFT[builtin_name], *flags)
+        assert got[0] == want[0], (got, want)
+        if got[0] == "resolved":
+            assert {k: v for k, v in got[1].items() if got[1][k] != want[1][k]} == {}
+        else:
+            assert got[1:] == want[1:]
+        return
+    with pytest.raises(ServeRefusal) as info:
+        resolve(TARGET, "DSPARK_HARVEST", DRAFT[builtin_name], *flags)
+    assert info.value.kind == "unsupported" and "build_disagg_draft_input" in info.value.message
+
+
 def _plan(builtin_name: str) -> ServePlan:
     record, _ = resolve(TARGET, "DSPARK_HARVEST", DRAFT[builtin_name])
     return getattr(record, PLAN_ATTR)

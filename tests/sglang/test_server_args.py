@@ -279,17 +279,6 @@ def test_block_size_flags(flag: str, arm: str, target_dir: Path, checkpoint_dir:
     assert f"{flag} {b + 1}" in msg and "wider" in msg and "silent collapse" in msg
 
 
-@pytest.mark.parametrize("mode", ("prefill", "decode"))
-def test_disaggregation_is_refused(mode: str, target_dir: Path, checkpoint_dir: Path) -> None:
-    draft = write_checkpoint(checkpoint_dir, "specforge_dflash")
-    with pytest.raises(ValueError) as info:
-        resolve(target_dir, draft, "--disaggregation-mode", mode)
-    assert isinstance(info.value, DsparkHarvestError)
-    assert info.value.kind == "unsupported"
-    assert f"--disaggregation-mode {mode}" in str(info.value)
-    assert "prefill-decode disaggregation" in str(info.value)
-
-
 def test_missing_draft_path_is_refused(target_dir: Path) -> None:
     with pytest.raises(ValueError) as info:
         resolve(target_dir, None)

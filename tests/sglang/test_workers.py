@@ -816,7 +816,9 @@ def test_the_target_runners_markov_check_passes_for_a_mask_fill_head_only_the_te
 
 
 def _publish(monkeypatch, args) -> None:
-    monkeypatch.setattr(resolution, "published_server_args", lambda: args)
+    from sglang_dspark_plugin.sglang_plugin import hooks
+
+    monkeypatch.setattr(hooks, "published_server_args", lambda: args)
 
 
 def _with_plan(plan: ServePlan | None, algorithm: str = "DSPARK") -> SimpleNamespace:
