@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..architectures import DSPARK_ARCHITECTURES, SGLANG_DSPARK_ARM
+from ..architectures import DSPARK_ARCHITECTURES, SGLANG_DSPARK_ARM, SGLANG_VERSIONS
 from ..census.families import pattern_family
 from ..draft_config import DflashCfg
 from ..errors import DsparkHarvestError, InvalidCheckpointError, UnsupportedCheckpointError
@@ -190,6 +190,7 @@ def check_servable(
     the layout this sglang lacks; for DSPARK the mask token, the architecture, the Markov head's type
     and the vocabulary against the target's; for DFLASH a DSpark-named drafter with a Markov head."""
     _require_layout(cfg, layout, resolution, support)
+    _require_buildable(cfg, resolution, support)
     architectures = architectures_of(cfg)
     if layout.builtin == DSPARK:
         require_mask_token(cfg)
@@ -205,6 +206,28 @@ def check_servable(
             "would build that class's DSpark layout or none, and the dspark arm serves the dense DSpark "
             f"classes only ({', '.join(SGLANG_DSPARK_ARM)}). `dspark-harvest inspect` says which "
             "sglang version can serve it.",
+            where="config.json: architectures",
+        )
+
+
+def _require_buildable(cfg: DflashCfg, resolution: Resolution, support: SglangSupport) -> None:
+    """The rule ``inspect`` reports (``servability``): a class this sglang release builds, in a layout
+    its loader reads. A release outside its class lists is left to the checks above."""
+    from ..servability import servability, unloadable_layout
+    from ..tensor_headers import tensor_headers
+
+    if support.version not in SGLANG_VERSIONS:
+        return
+    rank = 0 if cfg.markov_head is None else cfg.markov_head.rank
+    unloadable = unloadable_layout(cfg.raw, list(tensor_headers(cfg.path)))
+    verdicts = servability(resolution.harvest, cfg.architecture, rank, unloadable)
+    verdict = next(v for v in verdicts if v.version == support.version)
+    if not verdict.servable:
+        raise UnsupportedCheckpointError(
+            f"sglang {support.version} cannot serve the draft {cfg.path} under the "
+            f"{resolution.harvest.name()} harvest: {verdict.how}. `dspark-harvest inspect` lists what each "
+            f"sglang release serves under each harvest; {ENV_VAR} chooses the harvest only where the "
+            "census is wrong.",
             where="config.json: architectures",
         )
 
