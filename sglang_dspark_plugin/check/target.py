@@ -117,13 +117,25 @@ def check_target_files(path: str | Path) -> Path:
     return folder
 
 
-def load_target(path: str | Path, device: torch.device, dtype: torch.dtype) -> tuple[Any, Any]:
-    """A local HF causal LM and its tokenizer, offline; a typed error when it cannot be loaded."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def load_target(
+    path: str | Path, device: torch.device, dtype: torch.dtype, *, progress: bool = False
+) -> tuple[Any, Any]:
+    """A local HF causal LM and its tokenizer, offline; a typed error when it cannot be loaded.
+
+    With ``progress``, transformers' own loading bar shows on stderr (a large target takes minutes)."""
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()  # one progress bar (ours) on stderr
+    if progress:
+        hf_logging.enable_progress_bar()
+    else:
+        hf_logging.disable_progress_bar()
     folder = check_target_files(path)
+    return _load(folder, path, device, dtype)
+
+
+def _load(folder: Path, path: str | Path, device: torch.device, dtype: torch.dtype) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     try:
         with memory_guard("loading the target"):
             tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
