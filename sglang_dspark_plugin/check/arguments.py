@@ -109,6 +109,20 @@ def check_plot_path(path: str) -> None:
         )
 
 
+def check_prompt(text: str) -> None:
+    """A ``--prompt`` must be text: bytes that are not UTF-8 reach Python as lone surrogates."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise UsageError(
+            f"--prompt {printable(repr(text), 80)} is not valid UTF-8 (byte {exc.start} of the argument); "
+            "pass the prompt as UTF-8 text.",
+            where="--prompt",
+        ) from exc
+    if not text.strip():
+        raise UsageError("--prompt is empty: give the text to decode from.", where="--prompt")
+
+
 def harvest_env() -> str | None:
     """``MEMRA_DSPARK_HARVEST`` as a server would read it; garbage is refused before any model loads."""
     value = os.environ.get(ENV_VAR)
@@ -184,6 +198,8 @@ def check_arguments(args: argparse.Namespace) -> Checked:
         )
     if args.num_prompts is not None and args.num_prompts < 1:
         raise UsageError(f"--num-prompts {args.num_prompts}: must be at least 1.", where="--num-prompts")
+    for prompt in args.prompt or ():
+        check_prompt(prompt)
     device = torch_device(args.device)
     threads = threads_for(args.threads, embedded=args.target is None)
     if args.plot:
@@ -199,6 +215,7 @@ __all__ = [
     "DEVICE_TYPES",
     "DEVICE_HELP",
     "check_drafts",
+    "check_prompt",
     "compute_dtype",
     "resolve_target",
     "Checked",

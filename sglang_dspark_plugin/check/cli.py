@@ -172,7 +172,8 @@ def check(args: argparse.Namespace) -> CheckReport:
         load_drafter_for(Path(p).name, cfg, target, tokenizer, checked.device, dtype)
         for p, cfg in zip(drafts, cfgs, strict=True)
     ]
-    prompts = encode_prompts(tokenizer, (args.prompt or list(EMBEDDED.prompts))[: args.num_prompts])
+    vocab = target.get_input_embeddings().num_embeddings
+    prompts = encode_prompts(tokenizer, (args.prompt or list(EMBEDDED.prompts))[: args.num_prompts], vocab)
     with memory_guard("measuring"):
         runs, ar_tps, wall = measure(target, drafters, prompts, args.max_new_tokens, progress=progress)
     settings = Settings(
