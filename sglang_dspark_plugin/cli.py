@@ -16,7 +16,7 @@ from .errors import UsageError
 from .output import EXIT_BROKEN_PIPE, EXIT_OUTPUT_ERROR, OutputError, guarded_output, report_output_error
 
 EXIT_USAGE = 2
-COMMANDS = ("inspect", "check", "doctor")
+COMMANDS = ("inspect", "check", "doctor", "configs")
 
 EPILOG = f"""examples:
   dspark-harvest inspect path/to/draft          which convention a checkpoint declares (reads no weights)
@@ -24,6 +24,7 @@ EPILOG = f"""examples:
   dspark-harvest check                          both harvests on the embedded tiny models, no download
   dspark-harvest check --target T --draft D     measure your drafter before deploying it
   dspark-harvest doctor                         is the installed sglang one the plugin can serve with?
+  dspark-harvest configs dspark_harvest.yaml    the installed path of a shipped sglang --config file
 
 exit codes: 0 success; 2 refused (usage or a checkpoint; the message says what to fix); check adds
 1 not exact, 3 the served harvest contradicts the measurement, 4 inconclusive (see check --help);
@@ -59,11 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{inspect,check,doctor}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
 
-    from . import check_cmd, doctor_cmd, inspect_cmd
+    from . import check_cmd, configs_cmd, doctor_cmd, inspect_cmd
 
-    for command in (inspect_cmd, check_cmd, doctor_cmd):
+    for command in (inspect_cmd, check_cmd, doctor_cmd, configs_cmd):
         command.add_parser(sub)
     return parser
 
