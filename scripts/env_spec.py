@@ -34,10 +34,23 @@ def envs(project: dict[str, Any]) -> dict[str, Any]:
     return project["tool"]["sglang-dspark-plugin"]["envs"]
 
 
+def _extra(project: dict[str, Any], extra: str) -> list[str]:
+    """An extra's requirements, with this package's own extras it names (``name[plot,metrics]``) expanded."""
+    own = project["project"]["name"]
+    out: list[str] = []
+    for requirement in project["project"]["optional-dependencies"][extra]:
+        if _name(requirement) == own:
+            inner = requirement[requirement.index("[") + 1 : requirement.index("]")]
+            out += [r for e in inner.split(",") for r in _extra(project, e.strip())]
+        else:
+            out.append(requirement)
+    return out
+
+
 def requirements(project: dict[str, Any], name: str) -> list[str]:
     env = envs(project)[name]
-    optional = project["project"]["optional-dependencies"]
-    listed = [*project["project"]["dependencies"], *(r for extra in env["extras"] for r in optional[extra])]
+    extras = [r for extra in env["extras"] for r in _extra(project, extra)]
+    listed = list(dict.fromkeys([*project["project"]["dependencies"], *extras]))
     pinned = {_name(pin) for pin in env["pins"]}
     return [*(r for r in listed if _name(r) not in pinned), *env["pins"]]
 
