@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import logging
 import sys
+import warnings as warnings_module
 from collections.abc import Iterator
 from typing import Any
 
@@ -42,23 +43,28 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 @contextlib.contextmanager
-def _sglang_logs(into: list[str]) -> Iterator[None]:
-    """sglang's log records during the check, collected (a plugin it fails to load logs a traceback)."""
+def _sglang_logs(errors: list[str], warnings: list[str]) -> Iterator[None]:
+    """sglang's warnings and errors during the check, collected to be printed escaped (a plugin sglang
+    fails to load logs an error with its traceback, whose text may hold anything)."""
 
     class Collect(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
-            if record.levelno >= logging.WARNING:
-                into.append(f"sglang logged: {record.getMessage()}")
+            if record.levelno >= logging.ERROR:
+                errors.append(f"sglang logged an error: {record.getMessage()}")
+            elif record.levelno >= logging.WARNING:
+                warnings.append(record.getMessage())
 
     logger = logging.getLogger("sglang")
     handler, propagate = Collect(), logger.propagate
     logger.addHandler(handler)
     logger.propagate = False
     try:
-        yield
+        with warnings_module.catch_warnings(record=True) as caught:  # sglang's import-time warnings too
+            yield
     finally:
         logger.removeHandler(handler)
         logger.propagate = propagate
+    warnings += [f"{w.category.__name__}: {w.message}" for w in caught]
 
 
 def _unreadable_report(exc: Exception) -> dict[str, Any]:
@@ -84,13 +90,15 @@ def doctor(entry_point_name: str) -> dict[str, Any]:
     """The doctor's whole report: the sglang glue's, with the environment and SGLANG_PLUGINS."""
     from .sglang_plugin.doctor import doctor_report
 
-    logged: list[str] = []
+    errors: list[str] = []
+    warnings: list[str] = []
     try:
-        with _sglang_logs(logged):
+        with _sglang_logs(errors, warnings):
             report = doctor_report()
     except Exception as exc:  # noqa: BLE001 - a broken sglang install is the finding, not a crash
         report = _unreadable_report(exc)
-    report["problems"] += logged
+    report["problems"] += errors
+    report["sglang_warnings"] = warnings
     broken = unreadable_distributions()
     report["problems"] += [f"unreadable distribution {d}: reinstall or remove it" for d in broken]
     report["environment"] = environment()
@@ -113,6 +121,7 @@ def format_text(report: dict[str, Any]) -> str:
     lines.append(
         f"{PLUGINS_VAR}: {'unset (every plugin loads)' if plugins['value'] is None else plugins['value']}"
     )
+    lines += [f"sglang warning: {warning}" for warning in report["sglang_warnings"]]
     lines += format_report(report).splitlines()
     return "\n".join(printable(line) for line in lines)
 
