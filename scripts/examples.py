@@ -79,10 +79,14 @@ def run(command: str) -> str:
     start = words.index("dspark-harvest")
     assignments = dict(word.split("=", 1) for word in words[:start])
     fixtures = [w[len(FIXTURES) :] for w in words[start:] if w.startswith(FIXTURES)]
+    import sglang_dspark_plugin
+
     out = io.StringIO()
     with _environment(assignments, fixtures), contextlib.redirect_stdout(out):
         main(words[start + 1 :])
-    return out.getvalue().replace(str(ROOT), "...")
+    # where the package is imported from (this checkout, or an installed copy) is shown as ``...``
+    installed = Path(sglang_dspark_plugin.__file__).resolve().parent.parent
+    return out.getvalue().replace(str(installed), "...").replace(str(ROOT), "...")
 
 
 def _masked(text: str) -> str:
@@ -104,7 +108,8 @@ def differences(found: list[Example]) -> list[str]:
     for ex in found:
         real = outputs.setdefault(ex.command, run(ex.command))
         if _masked(real) != _masked(ex.output):
-            wrong.append(f"{ex.doc.relative_to(ROOT)}: $ {ex.command}")
+            doc = ex.doc.relative_to(ROOT) if ex.doc.is_relative_to(ROOT) else ex.doc
+            wrong.append(f"{doc}: $ {ex.command}")
     return wrong
 
 

@@ -84,3 +84,15 @@ def test_check_progress_is_off_when_stderr_is_not_a_terminal() -> None:
     err = proc.stderr.decode()
     assert proc.returncode == 4, err  # one prompt: inconclusive
     assert "\r" not in err and "Traceback" not in err
+
+
+def test_transformers_progress_shows_while_the_target_loads_only_when_asked() -> None:
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    from sglang_dspark_plugin.check.target import load_target
+
+    load_target(EMBEDDED.target, torch.device("cpu"), torch.float32, progress=True)
+    assert hf_logging.is_progress_bar_enabled()
+    load_target(EMBEDDED.target, torch.device("cpu"), torch.float32, progress=False)
+    assert not hf_logging.is_progress_bar_enabled()

@@ -105,3 +105,16 @@ def test_a_stamp_changes_with_the_requirements_only() -> None:
     project["project"]["version"] = "99"
     project["project"]["optional-dependencies"]["metrics"] = ["prometheus_client>=0.17"]
     assert env_spec.stamp(env_spec._project(), "main") == before
+
+
+def test_the_configs_command_finds_the_shipped_files(capsys: pytest.CaptureFixture[str]) -> None:
+    from sglang_dspark_plugin.cli import main
+
+    assert main(["configs"]) == 0
+    paths = [Path(line) for line in capsys.readouterr().out.splitlines()]
+    assert {p.name for p in paths} == {p.name for p in (ROOT / "configs").glob("*.yaml")} and len(paths) == 3
+    assert all(p.is_file() and "sglang_dspark_plugin" in p.parts for p in paths)
+    assert main(["configs", "dspark_harvest.yaml"]) == 0
+    assert Path(capsys.readouterr().out.strip()).name == "dspark_harvest.yaml"
+    assert main(["configs", "missing.yaml", "--json"]) == 2
+    assert "dspark_harvest.yaml" in capsys.readouterr().out  # the refusal lists what is shipped
