@@ -15,13 +15,13 @@ import argparse
 import logging
 import random
 import time
-from types import SimpleNamespace
 
 from sglang.srt.speculative.dspark_components.dspark_worker_v2 import DSparkWorkerV2
 
 from sglang_dspark_plugin.draft_config import DflashCfg
 from sglang_dspark_plugin.geometry import RoundGeometry
 from sglang_dspark_plugin.harvest import ENV_VAR, DsparkHarvest
+from sglang_dspark_plugin.serving import SHIFTED, LaunchRequest, ServePlan, SglangSupport
 from sglang_dspark_plugin.sglang_plugin.workers import HarvestDSparkWorker
 from sglang_dspark_plugin.telemetry import ACCEPT_LOGGER
 
@@ -48,9 +48,10 @@ def main() -> None:
     cfg = DflashCfg(path="bench", block_size=args.block_size)
     resolution = DsparkHarvest.explain(cfg, environ={ENV_VAR: "dspark"})
     geometry = RoundGeometry(resolution.harvest, cfg.block_size)
-    served = SimpleNamespace(cfg=cfg, resolution=resolution, geometry=geometry, manifest={})
+    support = SglangSupport.for_version("0.5.23")
+    plan = ServePlan(LaunchRequest("bench"), support, cfg, resolution, geometry, SHIFTED, "config.json", {})
     ours = object.__new__(HarvestDSparkWorker)  # the hook needs no GPU state
-    ours._dspark_attach(served, tp_rank=0)
+    ours._dspark_attach(plan, tp_rank=0)
     parent = object.__new__(DSparkWorkerV2)
 
     rng = random.Random(0)

@@ -509,7 +509,7 @@ def case_checks(
 ) -> list[Any]:
     """The checks of one served case over the outcomes ``got``, as the CPU served tests make them."""
     if case.kind == "identical":
-        return sc.check_identical(got[case.runs[0]], got[case.runs[1]], greedy)
+        return sc.check_identical(got[case.runs[0]], got[case.runs[1]], greedy, case.window)
     if case.kind == "reference":
         results = []
         for name in case.runs:

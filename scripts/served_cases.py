@@ -38,11 +38,14 @@ MATCHED = {
     "dspark-zero-markov": "dspark",
     "dspark-markov": "dspark",
     "dspark-maskfill": "dflash",
+    "dspark-maskfill-tensors-head": "dflash",
 }
 """The harvest each drafter was trained for."""
 MASK_FILL_DSPARK = "dspark-maskfill"
 """The mask-fill drafter with a DSpark architecture and a Markov head: DSPARK serves it with
 ``sample_from_anchor`` false, its gamma (b-1) given by ``--speculative-dspark-block-size``."""
+MASK_FILL_TENSORS_HEAD = "dspark-maskfill-tensors-head"
+"""The same drafter, its Markov head declared only by its ``markov_head.*`` tensors."""
 MASK_FILL_DSPARK_SGLANG = "0.5.23"
 """The first sglang whose DSPARK has the mask-fill layout."""
 
@@ -87,6 +90,11 @@ class Run:
         return env
 
 
+NARROW_DFLASH = (("speculative_dflash_block_size", 4),)
+"""DFLASH's block of 4 for the block-8 mask-fill drafter: 3 drafts from rows 1..3, window 4."""
+NARROW_DSPARK = (("speculative_dspark_block_size", 4),)
+"""DSPARK's gamma of 4 for the block-7 shifted drafter: 4 drafts from rows 0..3, window 5."""
+
 RUNS: dict[str, Run] = {
     r.name: r
     for r in (
@@ -106,6 +114,12 @@ RUNS: dict[str, Run] = {
             extra_args=(("speculative_dspark_block_size", 7),),
         ),
         Run("plugin/dspark-maskfill", PLUGIN, MASK_FILL_DSPARK),
+        Run("plugin/dspark-maskfill-tensors-head", PLUGIN, MASK_FILL_TENSORS_HEAD),
+        # a narrower window than the drafter was trained for: the same aligned rows, fewer of them
+        Run("builtin-DFLASH/dflash-block-4", "DFLASH", "dflash", extra_args=NARROW_DFLASH),
+        Run("plugin/dflash-block-4", PLUGIN, "dflash", extra_args=NARROW_DFLASH),
+        Run("builtin-DSPARK/dspark-markov-gamma-4", "DSPARK", "dspark-markov", extra_args=NARROW_DSPARK),
+        Run("plugin/dspark-markov-gamma-4", PLUGIN, "dspark-markov", extra_args=NARROW_DSPARK),
         Run("plugin-forced-dflash/dflash", PLUGIN, "dflash", harvest="dflash"),
         Run("plugin-forced-dspark/dflash", PLUGIN, "dflash", harvest="dspark"),
         Run("plugin-forced-dspark/dspark", PLUGIN, "dspark", harvest="dspark"),
@@ -123,6 +137,7 @@ class Case:
     runs: tuple[str, ...]
     what: str = field(default="", compare=False)
     min_sglang: str | None = None  # the first sglang version the case applies to
+    window: int | None = None  # the verify window the plugin's run must serve (and log) when narrowed
 
 
 CASES: tuple[Case, ...] = (
@@ -145,11 +160,33 @@ CASES: tuple[Case, ...] = (
         "the SpecForge-shaped drafter (vanilla Markov head, confidence head, block 7): same as DSPARK",
     ),
     Case(
+        "narrower-DFLASH-block-is-builtin-DFLASH",
+        "identical",
+        ("builtin-DFLASH/dflash-block-4", "plugin/dflash-block-4"),
+        "--speculative-dflash-block-size 4 on the block-8 drafter: served narrower, as the builtin",
+        window=4,
+    ),
+    Case(
+        "narrower-DSPARK-gamma-is-builtin-DSPARK",
+        "identical",
+        ("builtin-DSPARK/dspark-markov-gamma-4", "plugin/dspark-markov-gamma-4"),
+        "--speculative-dspark-block-size 4 on the block-7 shifted drafter: served narrower, as the builtin",
+        window=5,
+    ),
+    Case(
         "mask-fill-DSpark-drafter-is-builtin-DSPARK-sample-from-anchor-false",
         "identical",
         ("builtin-DSPARK/dspark-maskfill", "plugin/dspark-maskfill"),
         "census -> dflash harvest on a DSpark drafter with a Markov head: served by DSPARK with "
         "sample_from_anchor=false (7 drafts, window 8), the same as the builtin with that gamma",
+        min_sglang=MASK_FILL_DSPARK_SGLANG,
+    ),
+    Case(
+        "mask-fill-DSpark-head-declared-by-tensors-only-is-builtin-DSPARK",
+        "identical",
+        ("builtin-DSPARK/dspark-maskfill", "plugin/dspark-maskfill-tensors-head"),
+        "the same weights with no markov_rank in config.json and sample_from_anchor nested: the plan's "
+        "head answers sglang's parse in every scheduler; the same rounds as the builtin",
         min_sglang=MASK_FILL_DSPARK_SGLANG,
     ),
     Case(
@@ -238,12 +275,33 @@ def zero_markov_variant(shifted_drafter: Path, out: Path) -> Path:
     return out
 
 
+def tensors_head_variant(mask_fill_drafter: Path, out: Path) -> Path:
+    """Copy the mask-fill DSpark drafter with every Markov-rank and head-type key removed from its
+    config.json (its ``markov_head.*`` tensors alone declare the head) and ``sample_from_anchor``
+    moved into ``dflash_config``: the same weights, in spellings only the census reads."""
+    import shutil
+
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = json.loads((mask_fill_drafter / "config.json").read_text())
+    markov_keys = ("markov_rank", "markov_head_type")
+    nested = {k: v for k, v in cfg.get("dflash_config", {}).items() if k not in markov_keys}
+    nested["sample_from_anchor"] = cfg.pop("sample_from_anchor")
+    cfg = {k: v for k, v in cfg.items() if k not in markov_keys}
+    cfg["dflash_config"] = nested
+    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    shutil.copyfile(mask_fill_drafter / "model.safetensors", out / "model.safetensors")
+    return out
+
+
 def drafter_folders(embedded_root: Path, workdir: Path) -> dict[str, Path]:
-    """Every drafter key -> a folder (the zero-Markov variant is written under ``workdir``)."""
+    """Every drafter key -> a folder (the variants are written under ``workdir``)."""
     embedded = ("dflash", "dspark", "dspark-markov", MASK_FILL_DSPARK)
     folders = {key: embedded_root / f"drafter-{key}" for key in embedded}
     folders["dspark-zero-markov"] = zero_markov_variant(
         folders["dspark"], workdir / "drafter-dspark-zero-markov"
+    )
+    folders[MASK_FILL_TENSORS_HEAD] = tensors_head_variant(
+        folders[MASK_FILL_DSPARK], workdir / f"drafter-{MASK_FILL_TENSORS_HEAD}"
     )
     return folders
 
@@ -316,9 +374,24 @@ def _first_difference(a: list[list[int]], b: list[list[int]]) -> str:
     return "" if len(a) == len(b) else f"{len(a)} vs {len(b)} requests"
 
 
-def check_identical(builtin: Outcome, plugin: Outcome, greedy: list[list[int]]) -> list[Check]:
-    """The plugin's arm serves exactly as the builtin: tokens, verify counts, sglang's accept lengths."""
+WINDOW_LINE = re.compile(r"DSPARK_HARVEST: harvest=.*? verify window=(\d+)")
+
+
+def check_identical(
+    builtin: Outcome, plugin: Outcome, greedy: list[list[int]], window: int | None = None
+) -> list[Check]:
+    """The plugin's arm serves exactly as the builtin: tokens, verify counts, sglang's accept lengths;
+    its startup line names the served window (``window`` where the case narrows it) and its logged
+    accept lengths stay within it (the telemetry counts with the served gamma)."""
+    found = WINDOW_LINE.search(plugin.log)
+    served = int(found.group(1)) if found else 0
+    max_accept = served
     return [
+        Check(
+            "the plugin's startup line names the served window",
+            bool(found) and (window is None or served == window),
+            f"logged {served}, expected {window}",
+        ),
         Check(
             "tokens equal the builtin's",
             plugin.outputs == builtin.outputs,
@@ -340,6 +413,11 @@ def check_identical(builtin: Outcome, plugin: Outcome, greedy: list[list[int]]) 
             f"{plugin.meta_accept_lengths()} vs {builtin.meta_accept_lengths()}",
         ),
         Check("the plugin logs every round", bool(plugin.round_lines())),
+        Check(
+            "the plugin's accept lengths fit the served window",
+            all(1 <= v <= max_accept for _, values in plugin.round_lines() for v in values),
+            f"at most {max_accept} per round",
+        ),
         Check("the builtin has no plugin telemetry", not builtin.round_lines()),
     ]
 

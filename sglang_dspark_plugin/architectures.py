@@ -42,6 +42,43 @@ SGLANG_DSPARK_ARM: tuple[str, ...] = (*SGLANG_DENSE_DSPARK, "DFlashDraftModel")
 """Draft architectures the dspark arm serves with sglang's dense DSpark class (the same backbone)."""
 
 
+SGLANG_VERSIONS: tuple[str, ...] = ("0.5.17", "0.5.23")
+"""The sglang versions the plugin serves on."""
+
+SGLANG_BUILDS: dict[str, dict[str, frozenset[str]]] = {
+    # each version's EntryClass lists: srt/models/dflash.py, dspark.py, dspark_minimax.py, lfm2_dspark.py
+    "0.5.17": {
+        "DFLASH": frozenset({"DFlashDraftModel", "DFlashLagunaForCausalLM"}),
+        "DSPARK": frozenset({"Qwen3DSparkModel", "DSparkDraftModel"}),
+    },
+    "0.5.23": {
+        "DFLASH": frozenset(
+            {
+                "DFlashDraftModel",
+                "DFlashLagunaForCausalLM",
+                "MuseGlimmerAssistantModel",
+                "DFlash2DraftModel",
+                "DFlash2BeamDraftModel",
+                "MiniMaxDFlash2DraftModel",
+            }
+        ),
+        "DSPARK": frozenset(
+            {
+                "Qwen3DSparkModel",
+                "LingDSparkModel",
+                "DSparkDraftModel",
+                "DSparkMiniMaxDraftModel",
+                "Lfm2DSparkDraftModel",
+            }
+        ),
+    },
+}
+"""The DFlash-family draft classes each sglang version registers, by the builtin that drafts with them."""
+
+SGLANG_MASK_FILL_DSPARK: frozenset[str] = frozenset({"0.5.23"})
+"""The versions whose DSPARK has the mask-fill layout (``sample_from_anchor`` false)."""
+
+
 def family_of(architecture: str | None) -> str | None:
     """``"dflash"``, ``"dspark"``, ``"domino"``, or ``None`` for a name outside the DFlash family."""
     return FAMILY.get(architecture) if isinstance(architecture, str) else None
@@ -57,5 +94,8 @@ __all__ = [
     "DOMINO_ARCHITECTURES",
     "SGLANG_DENSE_DSPARK",
     "SGLANG_DSPARK_ARM",
+    "SGLANG_VERSIONS",
+    "SGLANG_BUILDS",
+    "SGLANG_MASK_FILL_DSPARK",
     "family_of",
 ]

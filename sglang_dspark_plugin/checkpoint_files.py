@@ -17,6 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import IO, Any
 
+from .bounds import (
+    MAX_HEADER_TENSORS,
+    MAX_TENSORS,
+    METADATA_MEMBERS,
+    check_members,
+    check_metadata,
+    tensor_entry,
+)
 from .errors import CensusConflictError, InvalidCheckpointError, printable
 
 MAX_CONFIG_BYTES = 16 * 2**20
@@ -26,12 +34,6 @@ MAX_INDEX_BYTES = 64 * 2**20
 """A shard index: about 80 bytes per tensor, so 64 MiB is some 800k tensors."""
 MAX_SAFETENSORS_HEADER_BYTES = 100_000_000
 """The safetensors library's own limit on a header."""
-SAFETENSORS_DTYPE_BYTES = {
-    "BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1,
-    "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
-    "I32": 4, "U32": 4, "F32": 4,
-    "I64": 8, "U64": 8, "F64": 8, "C64": 8,
-}  # fmt: skip
 _UTF8_BOM = b"\xef\xbb\xbf"
 _UTF16_32_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
 
@@ -148,11 +150,13 @@ def read_bounded(path: str | os.PathLike[str], what: str, limit: int, fix: str) 
                 where=where,
             )
         try:
-            data = handle.read(limit + 1)
+            data = handle.read(size + 1)  # not limit + 1: a read allocates what it is asked for
         except OSError as exc:
             raise _os_error(path, exc, what) from exc
-    if len(data) > limit:  # the file grew after the stat
-        raise InvalidCheckpointError(f"{what} {where} is more than {limit} bytes; {fix}", where=where)
+    if len(data) > size:  # it grew after the stat, or its size is not its length (a /proc file)
+        raise InvalidCheckpointError(
+            f"{what} {where} holds more than the {size} bytes its size says; {fix}", where=where
+        )
     return data
 
 
@@ -202,11 +206,17 @@ def parse_json(data: bytes, where: str, fix: str) -> Any:
         ) from exc
 
 
-def read_json(path: str | os.PathLike[str], what: str, limit: int, fix: str) -> Any:
-    """A bounded, regular, UTF-8 JSON file; ``None`` when absent (the caller says what that means)."""
+def read_json(
+    path: str | os.PathLike[str], what: str, limit: int, fix: str, members: int | None = None
+) -> Any:
+    """A bounded, regular, UTF-8 JSON file; ``None`` when absent (the caller says what that means).
+
+    With ``members``, a file whose objects may hold more members than that is refused unparsed."""
     data = read_bounded(path, what, limit, fix)
     if data is None:
         return None
+    if members is not None:
+        check_members(data, members, what, printable(os.fspath(path)), fix)
     return parse_json(data, printable(os.fspath(path)), fix)
 
 
@@ -247,6 +257,8 @@ def read_safetensors_header(path: str | os.PathLike[str]) -> dict[str, TensorInf
             raw = handle.read(n)
         except OSError as exc:
             raise _os_error(path, exc, "safetensors file") from exc
+    # four members a tensor: its name, dtype, shape and data_offsets
+    check_members(raw, 4 * MAX_HEADER_TENSORS + METADATA_MEMBERS, "safetensors header", where, fix)
     header = parse_json(raw, f"{where} (safetensors header)", fix)
     if not isinstance(header, dict):
         raise InvalidCheckpointError(
@@ -257,9 +269,10 @@ def read_safetensors_header(path: str | os.PathLike[str]) -> dict[str, TensorInf
     spans: list[tuple[int, int, str]] = []
     for name, entry in header.items():
         if name == "__metadata__":
+            check_metadata(entry, where, fix)
             continue
-        info, span = _tensor_entry(name, entry, where, fix)
-        tensors[name] = info
+        dtype, shape, span = tensor_entry(name, entry, where, fix)
+        tensors[name] = TensorInfo(dtype, shape)
         spans.append((*span, name))
     end = 0
     for start, stop, name in sorted(spans):
@@ -279,39 +292,6 @@ def read_safetensors_header(path: str | os.PathLike[str]) -> dict[str, TensorInf
     return tensors
 
 
-def _tensor_entry(name: str, entry: Any, where: str, fix: str) -> tuple[TensorInfo, tuple[int, int]]:
-    def bad(why: str) -> InvalidCheckpointError:
-        return InvalidCheckpointError(
-            f"{where}: unreadable safetensors header (tensor {printable(name, 80)}: {why}); {fix}",
-            where=where,
-        )
-
-    if not isinstance(entry, dict):
-        raise bad("not an object")
-    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-    if not isinstance(dtype, str):
-        raise bad("no dtype")
-    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
-        raise bad("shape is not a list of non-negative integers")
-    if (
-        not isinstance(offsets, list)
-        or len(offsets) != 2
-        or not all(type(o) is int for o in offsets)
-        or not 0 <= offsets[0] <= offsets[1]
-    ):
-        raise bad("data_offsets is not [start, end]")
-    width = SAFETENSORS_DTYPE_BYTES.get(dtype)
-    if width is not None:
-        count = 1
-        for d in shape:
-            count *= d
-        if count * width != offsets[1] - offsets[0]:
-            raise bad(
-                f"{dtype} {shape} needs {count * width} bytes, data_offsets give {offsets[1] - offsets[0]}"
-            )
-    return TensorInfo(dtype, tuple(shape)), (offsets[0], offsets[1])
-
-
 # -- the shard index -------------------------------------------------------------------------------
 
 
@@ -322,7 +302,7 @@ def read_index(path: str | os.PathLike[str]) -> dict[str, str] | None:
     ``..`` component is refused, so a weight can never be loaded from outside the checkpoint.
     """
     fix = "fix it or delete it."
-    data = read_json(path, "shard index", MAX_INDEX_BYTES, fix)
+    data = read_json(path, "shard index", MAX_INDEX_BYTES, fix, members=MAX_TENSORS + METADATA_MEMBERS)
     if data is None:
         return None
     where = printable(os.fspath(path))
@@ -333,21 +313,26 @@ def read_index(path: str | os.PathLike[str]) -> dict[str, str] | None:
             f"{type(weight_map).__name__}; {fix}",
             where=f"{where}:weight_map",
         )
-    for name, shard in weight_map.items():
-        key = f"{where}:weight_map[{printable(repr(name), 80)}]"
-        if not isinstance(shard, str) or not shard:
+
+    def key(shard: Any) -> str:  # the first entry that names ``shard``, for the message
+        name = next(n for n, s in weight_map.items() if s is shard or s == shard)
+        return f"{where}:weight_map[{printable(repr(name), 80)}]"
+
+    for shard in weight_map.values():
+        if type(shard) is not str or not shard:
             raise InvalidCheckpointError(
-                f"{key} = {printable(repr(shard), 80)}, but a shard must be a file name (a non-empty "
-                f"string) such as 'model-00001-of-00002.safetensors'; {fix}",
-                where=key,
+                f"{key(shard)} = {printable(repr(shard), 80)}, but a shard must be a file name (a "
+                f"non-empty string) such as 'model-00001-of-00002.safetensors'; {fix}",
+                where=key(shard),
             )
+    for shard in set(weight_map.values()):  # a few distinct shards, however many tensors
         parts = PurePath(shard).parts
         if os.path.isabs(shard) or ".." in parts or "\x00" in shard or shard.startswith("~"):
             raise InvalidCheckpointError(
-                f"{key} = {printable(repr(shard), 120)} points outside the checkpoint folder; a shard "
-                "index may only name files inside it (a plain file name such as "
+                f"{key(shard)} = {printable(repr(shard), 120)} points outside the checkpoint folder; a "
+                "shard index may only name files inside it (a plain file name such as "
                 "'model-00001-of-00002.safetensors'). Fix the index or delete it.",
-                where=key,
+                where=key(shard),
             )
     return weight_map
 

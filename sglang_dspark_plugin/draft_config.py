@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .architectures import DFLASH, DSPARK
-from .errors import CensusConflictError
+from .errors import CensusConflictError, printable
 
 TIER_EXPLICIT = 1
 """Explicit declarations: sample_from_anchor, query_zero_predicts_next, dspark_bonus_anchor, ..."""
@@ -31,6 +31,11 @@ class Signal:
     vote: str | None  # "dflash", "dspark" or None (no vote)
     note: str = ""
 
+    def __post_init__(self) -> None:
+        # A signal is named after a key, a file or a tensor: a name from a checkpoint is escaped here,
+        # once, so no listing of the evidence (startup line, warning, refusal, alarm) carries it raw.
+        object.__setattr__(self, "signal", printable(self.signal))
+
     def to_json(self) -> dict[str, Any]:
         """``{signal, value, tier, vote[, note]}`` as listed in ``inspect --json`` and the manifest."""
         out = {"signal": self.signal, "value": self.value, "tier": self.tier, "vote": self.vote}
@@ -50,6 +55,26 @@ def vote_list(evidence: Iterable[Signal]) -> str:
 
 
 @dataclass(frozen=True)
+class MarkovHead:
+    """A draft's Markov head as the census read it (no tensor was loaded).
+
+    ``rank`` > 0 always (rank 0 is no head at all); ``declared_by`` says where it came from:
+    ``"config"`` (a ``markov_rank`` spelling, checked against the tables' shapes; the type is then the
+    config's own ``markov_head_type``, ``None`` when it names none) or ``"tensors"`` (the
+    ``markov_head.*`` tables alone; the type is the config's, else the one the tables' parameter names
+    give, ``None`` when they name no single one).
+    """
+
+    rank: int
+    head_type: str | None
+    declared_by: str
+
+    def to_json(self) -> dict[str, Any]:
+        """``{rank, head_type, declared_by}``."""
+        return {"rank": self.rank, "head_type": self.head_type, "declared_by": self.declared_by}
+
+
+@dataclass(frozen=True)
 class DflashCfg:
     """A DFlash-family draft checkpoint as seen by the census (no tensor was loaded)."""
 
@@ -61,7 +86,8 @@ class DflashCfg:
     num_target_layers: int | None = None
     vocab_size: int | None = None
     hidden_size: int | None = None
-    markov_rank: int | None = None
+    markov_rank: int | None = None  # the config's agreed rank (None: the config names none)
+    markov_head: MarkovHead | None = None  # the head itself, from the config or else the tensors
     evidence: tuple[Signal, ...] = ()
     deciding_tier: int | None = None  # None: no vote at all -> the historical default (mask-fill)
     conflict: str | None = None  # set when the deciding tier disagrees; refused unless overridden
@@ -102,6 +128,7 @@ class DflashCfg:
 
 
 __all__ = [
+    "MarkovHead",
     "Signal",
     "DflashCfg",
     "TIER_EXPLICIT",

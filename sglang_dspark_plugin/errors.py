@@ -24,11 +24,18 @@ class DsparkHarvestError(Exception):
     """Base class of every refusal raised by this package."""
 
     kind: str = "error"
+    multiline: bool = False  # a message laid out on several lines (its values escaped by the raiser)
 
     def __init__(self, message: str, *, where: str | None = None) -> None:
+        # The message reaches sglang's last line and the server's log: no string from a checkpoint, a
+        # path or the environment may bring a raw newline or escape sequence along.
+        if self.multiline:
+            message = "\n".join(printable(line) for line in message.split("\n"))
+        else:
+            message = printable(message)
         super().__init__(message)
         self.message = message
-        self.where = where
+        self.where = None if where is None else printable(where)
 
     def to_json(self) -> dict[str, str]:
         """The ``{"kind", "message"}`` object printed by ``--json`` refusals."""
@@ -94,6 +101,13 @@ class SettingsError(DsparkHarvestError, ValueError):
     kind = "env"
 
 
+class ArgumentTypeError(DsparkHarvestError, TypeError):
+    """A Python API call got an argument of the wrong type (a dict for a ``DflashCfg``, a str for a
+    ``DsparkHarvest``); the message names the parameter, the type it got and the one it takes."""
+
+    kind = "type"
+
+
 __all__ = [
     "DsparkHarvestError",
     "HarvestEnvError",
@@ -105,4 +119,5 @@ __all__ = [
     "UsageError",
     "MemoryLimitError",
     "SettingsError",
+    "ArgumentTypeError",
 ]

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
-from .errors import GeometryError, MissingBlockSizeError
+from .errors import GeometryError, HarvestEnvError, MissingBlockSizeError
 from .harvest import DsparkHarvest
+from .reprs import short
 
 if TYPE_CHECKING:
     from .draft_config import DflashCfg
@@ -24,6 +25,8 @@ MAX_BLOCK_SIZE = 1024
 """The widest block accepted. Published drafters use 4..16 rows; every row is a query of one drafter
 forward and a token of the verify window, so a width of thousands is a corrupt config, not a drafter
 (and the geometry's row tuples would grow with it)."""
+MAX_GAMMA = MAX_BLOCK_SIZE
+"""The most drafts per round: the dspark harvest of the widest block (b drafts from b rows)."""
 BLOCK_SIZE_FLAGS = {
     DsparkHarvest.DFLASH: "--speculative-dflash-block-size",
     DsparkHarvest.DSPARK: "--speculative-dspark-block-size",
@@ -39,7 +42,14 @@ class RoundGeometry:
     block_size: int
 
     def __post_init__(self) -> None:
-        flag = BLOCK_SIZE_FLAGS.get(self.harvest, BLOCK_SIZE_FLAGS[DsparkHarvest.DFLASH])
+        if not isinstance(self.harvest, DsparkHarvest):
+            raise HarvestEnvError(
+                f"RoundGeometry harvest={short(self.harvest, 60)} ({type(self.harvest).__name__}) is not a "
+                "DsparkHarvest; pass DsparkHarvest.DFLASH or DsparkHarvest.DSPARK "
+                "(DsparkHarvest.from_name maps a serialized name to one).",
+                where="RoundGeometry(harvest=...)",
+            )
+        flag = BLOCK_SIZE_FLAGS[self.harvest]
         if self.block_size is None:
             raise MissingBlockSizeError(
                 "the draft config gives no block size (none of block_size, dflash_config.block_size, "
@@ -157,5 +167,6 @@ __all__ = [
     "manifest_json",
     "MANIFEST_SCHEMA",
     "MAX_BLOCK_SIZE",
+    "MAX_GAMMA",
     "BLOCK_SIZE_FLAGS",
 ]

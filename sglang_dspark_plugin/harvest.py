@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .draft_config import vote_list
 from .errors import GeometryError, HarvestEnvError
-from .validation import environment, is_int
+from .validation import is_int, require_environ, require_type
 
 if TYPE_CHECKING:
     from .draft_config import DflashCfg, Signal
@@ -96,6 +96,8 @@ class DsparkHarvest(enum.Enum):
     @staticmethod
     def resolve_value(v: str | None, strategy_dspark: bool) -> DsparkHarvest:
         """Explicit ``v`` wins (parsed by ``from_env_value``); unset -> the census strategy."""
+        hint = "pass DflashCfg.strategy_dspark (True or False)."
+        require_type(strategy_dspark, bool, "strategy_dspark", hint)
         if v is not None:
             return DsparkHarvest.from_env_value(v)
         return DsparkHarvest.DSPARK if strategy_dspark else DsparkHarvest.DFLASH
@@ -108,7 +110,7 @@ class DsparkHarvest(enum.Enum):
     @staticmethod
     def explain(cfg: DflashCfg, environ: Mapping[str, str] | None = None) -> Resolution:
         """``resolve`` plus where the answer came from (``env``, ``census`` or ``default``)."""
-        return Resolution.of(cfg, environment(environ).get(ENV_VAR))
+        return Resolution.of(cfg, require_environ(environ, "DsparkHarvest.explain(environ=...)").get(ENV_VAR))
 
 
 def _shown(value: object, limit: int = 60) -> str:
@@ -131,6 +133,10 @@ class Resolution:
     @classmethod
     def of(cls, cfg: DflashCfg, env_value: str | None) -> Resolution:
         """Resolve ``cfg`` under an explicit value (``None`` = unset)."""
+        from .draft_config import DflashCfg
+
+        hint = "pass the census's result (sglang_dspark_plugin.census.census(path)), not a raw config."
+        require_type(cfg, DflashCfg, "cfg", hint)
         evidence = cfg.evidence
         if env_value is None:
             # Raises CensusConflictError when the deciding tier disagrees: no default on conflict.

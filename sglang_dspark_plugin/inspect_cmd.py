@@ -67,6 +67,28 @@ def inspect_checkpoint(path: str, environ: dict[str, str] | None = None) -> dict
     if cfg.num_target_layers is not None and cfg.target_layer_ids is not None:
         unservable = uncapturable_message(cfg.target_layer_ids, cfg.num_target_layers) or None
     return {
+        **_report(cfg, resolution, geometry_json, manifest, unservable),
+        "servability": [s.to_json() for s in _servability(cfg, resolution.harvest)],
+    }
+
+
+def _servability(cfg: Any, harvest: Any) -> tuple[Any, ...]:
+    """How sglang 0.5.17 and 0.5.23 serve the drafter (the rank from the tensors if the config is silent)."""
+    from .servability import servability, unloadable_layout
+    from .tensor_headers import markov_head, tensor_headers
+
+    tensors = tensor_headers(cfg.path)
+    rank = cfg.markov_rank
+    if rank is None:
+        found = markov_head(tensors)
+        rank = 0 if found is None else found.rank
+    return servability(harvest, cfg.architecture, rank, unloadable_layout(cfg.raw, list(tensors)))
+
+
+def _report(
+    cfg: Any, resolution: Any, geometry_json: dict[str, Any], manifest: Any, unservable: str | None
+) -> dict[str, Any]:
+    return {
         **geometry_json,
         "source": resolution.source,
         "env_value": resolution.env_value,
@@ -148,6 +170,11 @@ def format_report(report: dict[str, Any]) -> str:
         f"mask_token_id  {report['mask_token_id']}",
         f"target_layers  {report['target_layer_ids']}",
     ]
+    for served in report.get("servability", ()):
+        how = served["builtin"] or "cannot serve"
+        if served["sample_from_anchor"] is False:
+            how += ", sample_from_anchor=false"
+        lines.append(f"{'sglang ' + served['version']:<14} {how}  ({served['how']})")
     if report.get("sglang_cannot_serve"):
         lines.append(f"sglang cannot serve this: {report['sglang_cannot_serve']}")
     for warning in report["warnings"]:

@@ -26,6 +26,7 @@ class RankDisagreementError(DsparkHarvestError):
     """Ranks of one tensor-parallel group resolved different harvest settings."""
 
     kind = "rank_disagreement"
+    multiline = True  # the rank table, one line per rank (its cells are repr()s)
 
     def __init__(self, message: str, *, table: Sequence[Mapping[str, Any]], differing: Sequence[str]):
         super().__init__(message, where="tensor-parallel group")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .bounds import check_tensor_count
 from .checkpoint_files import TensorInfo, list_dir, printable, read_safetensors_header
 from .errors import InvalidCheckpointError
 
@@ -37,6 +38,7 @@ def tensor_headers(folder: str | os.PathLike[str]) -> dict[str, tuple[str, Tenso
         if entry.endswith(".safetensors") and not entry.startswith("."):
             for name, info in read_safetensors_header(Path(folder) / entry).items():
                 out[name] = (printable(entry), info)
+            check_tensor_count(len(out), printable(Path(folder) / entry))
     return out
 
 

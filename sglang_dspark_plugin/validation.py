@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import TypeGuard
+from typing import Any, TypeGuard
+
+from .errors import ArgumentTypeError
 
 
 def is_int(value: object) -> TypeGuard[int]:
@@ -17,4 +19,24 @@ def environment(environ: Mapping[str, str] | None = None) -> Mapping[str, str]:
     return os.environ if environ is None else environ
 
 
-__all__ = ["is_int", "environment"]
+def require_type(value: object, expected: type | tuple[type, ...], parameter: str, hint: str) -> Any:
+    """``value`` if it is an instance of ``expected``, else an ``ArgumentTypeError`` naming ``parameter``."""
+    if isinstance(value, expected):
+        return value
+    names = " or ".join(t.__name__ for t in (expected if isinstance(expected, tuple) else (expected,)))
+    raise ArgumentTypeError(
+        f"{parameter} must be a {names}, got {type(value).__name__}; {hint}", where=parameter
+    )
+
+
+def require_environ(environ: object, parameter: str) -> Mapping[str, str]:
+    """``environ`` (or the process environment for ``None``), refused when it is not a mapping."""
+    if environ is None:
+        return os.environ
+    checked: Mapping[str, str] = require_type(
+        environ, Mapping, parameter, "pass a mapping such as os.environ, or None."
+    )
+    return checked
+
+
+__all__ = ["is_int", "environment", "require_type", "require_environ"]

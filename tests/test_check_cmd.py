@@ -191,26 +191,54 @@ def test_check_refuses_a_domino_drafter(capsys: pytest.CaptureFixture[str], tmp_
     assert error["kind"] == "unsupported" and "Domino" in error["message"]
 
 
-def test_check_refuses_a_speculators_format_drafter_by_name(
+def test_check_refuses_a_reduced_draft_vocabulary_before_loading(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """inspect reads the speculators format; check says it cannot load it, before loading anything."""
+    """A speculators drafter the engine cannot map is refused from its config, before anything loads."""
     import sys
 
     from sglang_dspark_plugin.check import cli
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from checkpoints import write_checkpoint
+    from export_formats import to_speculators
 
-    draft = write_checkpoint(tmp_path, "speculators_dspark_anchor_true")
+    draft = to_speculators(
+        EMBEDDED.drafters["dflash"], tmp_path / "spec", model_type="dflash", sample_from_anchor=False
+    )
+    cfg = json.loads((draft / "config.json").read_text())
+    (draft / "config.json").write_text(json.dumps({**cfg, "draft_vocab_size": 512}))
 
     def must_not_load(*args: object) -> None:
         raise AssertionError("the target was loaded")
 
     monkeypatch.setattr(cli, "load_target", must_not_load)
     error = _refusal(capsys, "--target", str(EMBEDDED.target), "--draft", str(draft))
-    assert error["kind"] == "unsupported"
-    assert "speculators format" in error["message"] and "dspark-harvest inspect" in error["message"]
+    assert error["kind"] == "unsupported" and "draft_vocab_size" in error["message"]
+
+
+def test_check_runs_a_speculators_format_drafter_like_its_original(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The same drafter exported by speculators: its names mapped, the same rounds, the same result."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from export_formats import to_speculators
+
+    original = shutil.copytree(EMBEDDED.drafters["dspark-markov"], tmp_path / "sf")
+    spec = to_speculators(original, tmp_path / "spec", model_type="dspark", sample_from_anchor=True)
+    reports = {}
+    for name, draft in (("sf", original), ("spec", spec)):
+        code, reports[name] = check_json(capsys, "--target", str(EMBEDDED.target), "--draft", str(draft))
+        assert code == 0
+    for a, b in zip(reports["sf"]["runs"], reports["spec"]["runs"], strict=True):
+        assert (a["harvest"], a["drafter_strategy"]) == (b["harvest"], b["drafter_strategy"])
+        assert (a["accept_length"], a["per_position"], a["exact_match"]) == (
+            b["accept_length"],
+            b["per_position"],
+            b["exact_match"],
+        )
+    assert reports["spec"]["recommendations"][0]["harvest"] == "dspark"
 
 
 def test_check_refuses_a_drafter_for_another_target(

@@ -178,7 +178,7 @@ def test_server_accept_length_shapes() -> None:
 
 # -- the whole orchestration against a stand-in server ---------------------------------------------
 # No GPU here, so a small HTTP server stands in for `python -m sglang.launch_server`: it serves
-# /health, /generate and /get_server_info, resolves the harvest with the plugin's real served() and
+# /health, /generate and /get_server_info, resolves the harvest with the plugin's real make_plan() and
 # logs through the real AcceptTelemetry. Matched harvest: 2 drafts accepted per round; mismatched: 0.
 FAKE_SERVER = r"""
 import json, logging, os, sys
@@ -186,7 +186,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 from sglang_dspark_plugin.census import census
 from sglang_dspark_plugin.harvest import DsparkHarvest
-from sglang_dspark_plugin.sglang_plugin.resolution import describe, served
+from sglang_dspark_plugin.serving import LaunchRequest, SglangSupport, make_plan
 from sglang_dspark_plugin.telemetry import AcceptTelemetry, TelemetrySettings
 
 logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", stream=sys.stdout)
@@ -198,9 +198,10 @@ telemetry, accept = None, None
 if algo is not None:
     trained = DsparkHarvest.explain(census(draft), environ={}).harvest
     if algo == "DSPARK_HARVEST":
-        s = served(SimpleNamespace(speculative_draft_model_path=draft, model_path=opt("--model-path"),
-                                   speculative_dflash_block_size=None, speculative_dspark_block_size=None))
-        print(describe(s), flush=True)
+        env = os.environ.get("MEMRA_DSPARK_HARVEST")
+        request = LaunchRequest(draft=draft, target=opt("--model-path"), harvest_env=env)
+        s = make_plan(request, SglangSupport.for_version("0.5.23"))
+        print(s.describe(), flush=True)
         arm = s.resolution.harvest
         telemetry = AcceptTelemetry(s.geometry.gamma, arm, s.resolution.source,
                                     settings=TelemetrySettings.from_env())

@@ -234,10 +234,16 @@ def test_config_sizes_are_compared_with_the_weights_before_anything_is_allocated
 # -- tracebacks that are now refusals ----------------------------------------------------------------
 
 
-def test_an_injected_attribute_on_an_allowed_container_does_not_shadow_its_methods(tmp_path):
+def test_an_attribute_on_an_allowed_container_is_refused_except_a_state_dicts_metadata(tmp_path):
     folder = _write(tmp_path / "ckpt")
     state = OrderedDict(strategy="dspark")
-    state.get = "not callable"  # pickled as BUILD state: an instance attribute after loading
+    state.get = "not callable"  # pickled as BUILD state: a structure torch.save never writes
+    _torch_zip(folder / "training_state.pt", state)
+    error = _refused(lambda: census(folder))
+    assert "training_state.pt" in error.message and "_metadata" in error.message
+
+    state = OrderedDict(strategy="dspark")
+    state._metadata = {"": {"version": 1}}  # what Module.state_dict() carries
     _torch_zip(folder / "training_state.pt", state)
     cfg = census(folder)
     assert cfg.strategy_dspark and cfg.deciding_tier == 1

@@ -22,8 +22,10 @@ from __future__ import annotations
 import os
 
 from ..architectures import DFLASH_ARCHITECTURES, DOMINO_ARCHITECTURES, DSPARK_ARCHITECTURES
+from ..bounds import bounded_evidence
 from ..draft_config import DflashCfg
 from .decision import decide
+from .dialects import deepseek_signals, hidden_size_key, target_layer_count_key, torchspec_signals
 from .fields import (
     read_architecture,
     read_block_size,
@@ -35,6 +37,7 @@ from .fields import (
 )
 from .files import INDEX, MARKOV_TABLES, read_config, read_tensor_names
 from .locate import CONFIG, resolve_checkpoint
+from .markov import read_markov_head
 from .rules import (
     DOMINO_MESSAGE,
     DOMINO_PREFIXES,
@@ -58,16 +61,16 @@ from .training_state import MAX_STATE_PICKLE_BYTES, TRAINING_STATE, read_trainin
 from .view import ConfigView
 
 
-def census(path_or_hub_id: str | os.PathLike[str]) -> DflashCfg:
-    """Read a draft checkpoint folder (or a hub id already in the local HF cache) without its weights.
+def census(
+    path_or_hub_id: str | os.PathLike[str], revision: str | None = None, *, download: bool = False
+) -> DflashCfg:
+    """Read a draft checkpoint (a folder, or a hub id at ``revision``: ``locate``) without its weights.
 
-    Returns the ``DflashCfg`` with every signal, its tier and its vote. Raises
-    ``InvalidCheckpointError`` (missing, malformed or out-of-range input) or
-    ``UnsupportedCheckpointError`` (Domino, not a DFlash-family drafter); contradictory evidence
-    is not raised here but recorded in ``DflashCfg.conflict``.
-    """
+    Returns the ``DflashCfg`` with every signal, its tier and its vote. Raises ``InvalidCheckpointError``
+    (missing, malformed or out-of-range input) or ``UnsupportedCheckpointError`` (Domino, not a
+    DFlash-family drafter); contradictory evidence is recorded in ``DflashCfg.conflict``, not raised."""
     # the files: config.json, tensor names, a training state's strategy
-    folder = resolve_checkpoint(path_or_hub_id)
+    folder = resolve_checkpoint(path_or_hub_id, revision, download=download)
     view = ConfigView(str(folder), read_config(folder))
     tensors, markov_tables = read_tensor_names(folder)
     strategy = read_training_strategy(folder / TRAINING_STATE)
@@ -85,21 +88,22 @@ def census(path_or_hub_id: str | os.PathLike[str]) -> DflashCfg:
     # tier 2: structural defaults; a Domino drafter is refused before any of them
     refuse_domino(view, architecture, tensors)
     evidence += speculators_type_signals(view)
-    evidence += architecture_signals(view, architecture)
-    evidence += bundle_signals(view)
-    evidence += projector_signals(view)
+    evidence += architecture_signals(view, architecture, tensors)
+    evidence += bundle_signals(view) + projector_signals(view)
     markov_rank, rank_signals = read_markov_rank(view, markov_tables)
     evidence += rank_signals
+    markov_head = read_markov_head(view, markov_rank, tensors, markov_tables)
     evidence += weight_signals(tensors)
     evidence += shift_label_signals(view)
+    evidence += torchspec_signals(view, tensors) + deepseek_signals(view, tensors)
 
-    # the fields the geometry and the served checks read
-    vocab_size, hidden_size = read_size(view, "vocab_size"), read_size(view, "hidden_size")
+    # the fields the geometry and the served checks read, in the config's dialect
+    vocab_size, hidden_size = read_size(view, "vocab_size"), read_size(view, hidden_size_key(view))
     mask_token_id = read_mask_token_id(view, vocab_size)
-    num_target_layers, target_layer_ids = read_target_layers(view)
+    num_target_layers, target_layer_ids = read_target_layers(view, target_layer_count_key(view))
 
-    # the tier rule, once
-    decision = decide(evidence)
+    # the tier rule, once, on evidence bounded in size (every log line and report writes it)
+    decision = decide(bounded_evidence(evidence, view.file))
     return DflashCfg(
         path=view.folder,
         block_size=block_size,
@@ -110,6 +114,7 @@ def census(path_or_hub_id: str | os.PathLike[str]) -> DflashCfg:
         vocab_size=vocab_size,
         hidden_size=hidden_size,
         markov_rank=markov_rank,
+        markov_head=markov_head,
         evidence=tuple(evidence),
         deciding_tier=decision.tier,
         conflict=decision.conflict,

@@ -176,9 +176,13 @@ def read_mask_token_id(view: ConfigView, vocab_size: int | None) -> int | None:
     return mask
 
 
-def read_target_layers(view: ConfigView) -> tuple[int | None, tuple[int, ...] | None]:
-    """``(num_target_layers, target_layer_ids)``, each ``None`` when the config does not give it."""
-    n_key = "num_target_layers"
+def read_target_layers(
+    view: ConfigView, n_key: str = "num_target_layers"
+) -> tuple[int | None, tuple[int, ...] | None]:
+    """``(num_target_layers, target_layer_ids)``, each ``None`` when the config does not give it.
+
+    ``n_key`` holds the target's layer count (an exporter's dialect may name it otherwise).
+    """
     n = view.config.get(n_key)
     num_target_layers = None if n is None else view.integer(n_key, n, minimum=1, what="a layer count")
     found = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..bounds import MAX_CONFIG_MEMBERS, check_layer_id_lists, check_tensor_count
 from ..checkpoint_files import (
     MAX_CONFIG_BYTES,
     list_dir,
@@ -28,7 +29,7 @@ TableShapes = dict[str, tuple[str, tuple[int, ...]]]
 def read_config(folder: Path) -> dict[str, Any]:
     """``folder/config.json`` as a JSON object; missing or not an object is refused."""
     path = folder / CONFIG
-    data = read_json(path, "config", MAX_CONFIG_BYTES, "fix or re-export the config.")
+    data = read_json(path, "config", MAX_CONFIG_BYTES, "fix or re-export the config.", MAX_CONFIG_MEMBERS)
     if data is None:
         raise InvalidCheckpointError(
             f"{printable(path)} is missing; a draft checkpoint needs its config.json (a SpecForge export "
@@ -41,6 +42,7 @@ def read_config(folder: Path) -> dict[str, Any]:
             "the config.",
             where=printable(path),
         )
+    check_layer_id_lists(data, printable(path))  # before a list of millions is read id by id
     return data
 
 
@@ -61,6 +63,7 @@ def read_tensor_names(folder: Path) -> tuple[dict[str, str], TableShapes]:
             # only the 8 length bytes and the header are read: a shard larger than memory is fine
             header = read_safetensors_header(folder / entry)
             names.update(dict.fromkeys(header, printable(entry)))
+            check_tensor_count(len(names), printable(folder / entry))
             tables.update(
                 (n, (printable(entry), t.shape)) for n, t in header.items() if n.endswith(MARKOV_TABLES)
             )

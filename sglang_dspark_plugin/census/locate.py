@@ -1,4 +1,10 @@
-"""Where a draft checkpoint lives: a local folder, or a hub id already in the local Hugging Face cache."""
+"""Where a draft checkpoint lives: a local folder, or a hub id at a revision in the Hugging Face cache.
+
+A hub id resolves the way sglang resolves ``--speculative-draft-model-path`` with
+``--speculative-draft-model-revision``: the same cache, the same revision (a branch or tag through
+``refs/``, or a commit hash). ``inspect`` and ``check`` never download; the serving plan may, as the
+builtin would, unless ``HF_HUB_OFFLINE`` is set.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +13,22 @@ import re
 import stat
 from pathlib import Path
 
-from ..checkpoint_files import describe, printable, stat_path
+from ..checkpoint_files import MAX_CONFIG_BYTES, describe, printable, read_bounded, regular_file, stat_path
 from ..errors import InvalidCheckpointError
 
 CONFIG = "config.json"
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_COMMIT_HASH = re.compile(r"[0-9a-f]{40}")
+MAX_REF_BYTES = 256
+"""A cache ref (``refs/main``) holds one 40-hex commit hash; huggingface_hub reads it whole."""
 
 
-def resolve_checkpoint(path_or_hub_id: str | os.PathLike[str]) -> Path:
-    """A local checkpoint folder for a path or a hub id; never downloads."""
+def resolve_checkpoint(
+    path_or_hub_id: str | os.PathLike[str], revision: str | None = None, *, download: bool = False
+) -> Path:
+    """A local checkpoint folder for a path or a hub id at ``revision`` (default ``main``; a local path
+    has none); with ``download``, a revision missing from the cache is fetched unless ``HF_HUB_OFFLINE``."""
     if not isinstance(path_or_hub_id, (str, os.PathLike)):
         raise InvalidCheckpointError(
             f"checkpoint must be a folder path or a hub id, got {path_or_hub_id!r}; "
@@ -40,7 +52,7 @@ def resolve_checkpoint(path_or_hub_id: str | os.PathLike[str]) -> Path:
             where=printable(text),
         )
     if _HUB_ID.match(text):  # org/name; a relative path like ./x or ~/x does not match
-        return _from_hf_cache(text)
+        return _from_hf_cache(text, _revision(revision), download and not hub_offline())
     raise InvalidCheckpointError(
         f"checkpoint {printable(repr(text), 200)} does not exist; pass a local folder holding config.json, "
         "or a hub id (org/name) already in the local Hugging Face cache.",
@@ -70,13 +82,59 @@ def _hf_hub_cache() -> str:
     return os.path.join(home, "hub")
 
 
-def _from_hf_cache(repo_id: str) -> Path:
+def check_cache_files(cache: str, repo_id: str, revision: str = "main") -> None:
+    """Check the cache files huggingface_hub reads whole before it finds a snapshot: the ref and the
+    commit's tree listing. A FIFO there would block the lookup, a device such as /dev/zero would be
+    read without end, and a ref that is not a commit hash would name a folder outside ``snapshots``."""
+    storage = Path(cache) / ("models--" + repo_id.replace("/", "--"))
+    fix = f"delete it (and re-run huggingface-cli download {repo_id}), or pass a local folder."
+    data = read_bounded(storage / "refs" / revision, "Hugging Face cache ref", MAX_REF_BYTES, fix)
+    if data is None:
+        return  # no ref: huggingface_hub finds nothing and says so
+    if not _COMMIT_HASH.fullmatch(data.decode("latin-1")):
+        where = printable(storage / "refs" / revision)
+        raise InvalidCheckpointError(
+            f"{where} holds {printable(repr(data), 80)}, not a 40-hex commit hash as huggingface_hub writes; "
+            f"{fix}",
+            where=where,
+        )
+    tree = storage / "trees" / f"{data.decode('ascii')}.json"
+    found = regular_file(tree, "Hugging Face cache tree listing", fix)
+    if found is not None and found.st_size > MAX_CONFIG_BYTES:
+        raise InvalidCheckpointError(
+            f"{printable(tree)} is {found.st_size} bytes, more than the {MAX_CONFIG_BYTES} a tree listing "
+            f"takes; {fix}",
+            where=printable(tree),
+        )
+
+
+def hub_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` forbids downloads (huggingface_hub's own truthy spellings)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def _revision(revision: str | None) -> str:
+    if revision is None:
+        return "main"
+    if not isinstance(revision, str) or not re.fullmatch(r"[\w.\-/]{1,200}", revision) or ".." in revision:
+        raise InvalidCheckpointError(
+            f"draft revision {printable(repr(revision), 80)} is not a branch, tag or commit hash; pass "
+            "--speculative-draft-model-revision as the hub shows it (e.g. main, v1.0, or 40 hex digits).",
+            where="--speculative-draft-model-revision",
+        )
+    return revision
+
+
+def _from_hf_cache(repo_id: str, revision: str = "main", download: bool = False) -> Path:
     cache = _hf_hub_cache()
+    at = "" if revision == "main" else f" at revision {revision!r}"
     fetch = f"huggingface-cli download {repo_id} (or pass a local folder)"
+    if not _COMMIT_HASH.fullmatch(revision):
+        check_cache_files(cache, repo_id, revision)
     try:
         from huggingface_hub import snapshot_download
 
-        folder = snapshot_download(repo_id, local_files_only=True, cache_dir=cache)
+        folder = snapshot_download(repo_id, revision=revision, local_files_only=not download, cache_dir=cache)
     except ImportError as exc:
         raise InvalidCheckpointError(
             f"{repo_id!r} is not a local folder and huggingface_hub is not installed to look it up "
@@ -84,12 +142,19 @@ def _from_hf_cache(repo_id: str) -> Path:
             where=repo_id,
         ) from exc
     except Exception as exc:  # LocalEntryNotFoundError, HFValidationError, ... : all mean "not here"
+        how = (
+            "the download failed"
+            if download
+            else "HF_HUB_OFFLINE is set, so nothing is downloaded"
+            if hub_offline()
+            else "inspect and check never download"
+        )
         raise InvalidCheckpointError(
-            f"{repo_id!r} is not a local folder and not in the local Hugging Face cache ({cache}): "
-            f"{type(exc).__name__}. The census never downloads; fetch it first with {fetch}.",
+            f"{repo_id!r}{at} is not a local folder and not in the local Hugging Face cache ({cache}): "
+            f"{type(exc).__name__}; {how}. Fetch it first with {fetch}.",
             where=repo_id,
         ) from exc
     return Path(folder)
 
 
-__all__ = ["CONFIG", "resolve_checkpoint"]
+__all__ = ["CONFIG", "MAX_REF_BYTES", "check_cache_files", "hub_offline", "resolve_checkpoint"]

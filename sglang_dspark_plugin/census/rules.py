@@ -24,6 +24,8 @@ from ..architectures import (
 from ..draft_config import TIER_EXPLICIT, TIER_INFO, TIER_STRUCTURAL, VOTE_DFLASH, VOTE_DSPARK, Signal
 from ..errors import UnsupportedCheckpointError
 from ..reprs import jsonable, short
+from .dialects import torchspec_architecture_signal
+from .families import family_signal
 from .training_state import MISSING, TRAINING_STATE
 from .view import ConfigView
 
@@ -167,17 +169,28 @@ def bundled_keys(view: ConfigView) -> list[str]:
     return [k for k in SGLANG_BUNDLE_KEYS if k in view.config]
 
 
-def architecture_signals(view: ConfigView, architecture: str | None) -> list[Signal]:
+def architecture_signals(
+    view: ConfigView, architecture: str | None, tensors: dict[str, str] | None = None
+) -> list[Signal]:
     """``architectures[0]``: its family votes (``architectures.FAMILY``; Domino is refused before).
 
-    A name outside the family is refused, unless the config is a speculators one or a target that
-    bundles its draft head: then the name is the model's, not the drafter's, and casts no vote.
+    A name outside the list votes when it follows a family's naming pattern and the config declares
+    the family's structure (``families``). Any other name is refused, unless the config is a
+    speculators one or a target that bundles its draft head: then the name is the model's, not the
+    drafter's, and casts no vote. An exporter's shared class may cast none (``dialects``).
     """
     if architecture is None:
         return []
+    tensors = {} if tensors is None else tensors
+    shared = torchspec_architecture_signal(view, architecture, tensors)
+    if shared is not None:
+        return [shared]
     family = family_of(architecture)
     if family in (DFLASH, DSPARK):  # a vote is the family's name
         return [view.signal("architectures[0]", architecture, TIER_STRUCTURAL, family)]
+    recognised = family_signal(view, architecture, tensors)
+    if recognised is not None:
+        return [recognised]
     if not bundled_keys(view) and view.config.get("speculators_model_type") is None:
         raise UnsupportedCheckpointError(
             f"{view.file}: architectures[0] = {architecture!r} is not a DFlash-family "

@@ -1,20 +1,20 @@
 """The ``strategy`` field of a SpecForge ``training_state.pt``, read without torch and without a tensor.
 
-The state is a torch zip checkpoint; its ``data.pkl`` is unpickled with stand-ins for every tensor
-and storage, and with no class outside a short list of plain containers.
+The state is a torch zip checkpoint: its directory and its ``data.pkl`` are bounded, and the pickle is
+unpickled within budgets, with stand-ins for every tensor and storage and no class outside a short
+list of plain containers (``state_pickle``).
 """
 
 from __future__ import annotations
 
-import io
-import pickle
 import zipfile
-from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ..checkpoint_files import describe, open_regular, printable
 from ..errors import InvalidCheckpointError
+from .state_pickle import DICT_TYPES
+from .state_pickle import StateUnpickler as _StateUnpickler
 
 TRAINING_STATE = "training_state.pt"
 
@@ -23,59 +23,13 @@ MAX_STATE_PICKLE_BYTES = 32 * 2**20
 only (tensor data sits in other zip members): about 100 bytes per tensor, so SpecForge's states,
 optimizer included, stay far below; a pickle beyond it is a decompression bomb, not a state."""
 
+MAX_STATE_DIRECTORY_BYTES = 4 * 2**20
+"""The zip central directory read at most. torch.save writes a member a storage, ~80 bytes of
+directory each, so this is some 50k storages; zipfile builds a ~450-byte object for every member
+listed, so a directory of millions would cost gigabytes before the pickle is even found."""
+
 MISSING = object()
 """The strategy of a training state that has no ``strategy`` field."""
-
-
-class _Stub:
-    """Stands in for a tensor or storage: never holds data, never runs torch code."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def __setstate__(self, state: Any) -> None:
-        pass
-
-
-def _rebuild(*args: Any, **kwargs: Any) -> _Stub:
-    return _Stub()
-
-
-_TORCH_REBUILDERS = frozenset(
-    {
-        "_rebuild_tensor",
-        "_rebuild_tensor_v2",
-        "_rebuild_tensor_v3",
-        "_rebuild_parameter",
-        "_rebuild_parameter_with_state",
-        "_rebuild_device_tensor_from_numpy",
-        "_rebuild_qtensor",
-    }
-)
-# Plain containers a training state may hold; torch.Size is only ever a tuple of ints. torch.save
-# pickles with protocol 2, which names the builtins module "__builtin__".
-_CONTAINERS: dict[tuple[str, str], type] = {
-    ("collections", "OrderedDict"): OrderedDict,
-    ("torch", "Size"): tuple,
-    **{(module, "set"): set for module in ("builtins", "__builtin__")},
-    **{(module, "frozenset"): frozenset for module in ("builtins", "__builtin__")},
-}
-
-
-class _StateUnpickler(pickle.Unpickler):
-    """Unpickles a torch checkpoint's ``data.pkl`` with stand-ins for every tensor and storage."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if module == "torch._utils" and name in _TORCH_REBUILDERS:
-            return _rebuild
-        if module in ("torch", "torch.storage") and name.endswith("Storage"):
-            return _Stub
-        if (module, name) in _CONTAINERS:
-            return _CONTAINERS[module, name]
-        raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
-
-    def persistent_load(self, pid: Any) -> _Stub:
-        return _Stub()
 
 
 def read_training_strategy(path: Path) -> Any:
@@ -92,9 +46,11 @@ def read_training_strategy(path: Path) -> Any:
         return None
     handle, _ = opened
     try:
-        with handle, zipfile.ZipFile(handle) as archive:
-            data = _state_pickle(archive, where, fix)
-            state = _StateUnpickler(io.BytesIO(data)).load()
+        with handle:
+            _check_directory(handle, where, fix)
+            with zipfile.ZipFile(handle) as archive:
+                data = _state_pickle(archive, where, fix)
+            state = _StateUnpickler(data).load()
     except InvalidCheckpointError:
         raise
     except Exception as exc:  # BadZipFile, UnpicklingError, EOFError, MemoryError, ...: not usable
@@ -103,14 +59,27 @@ def read_training_strategy(path: Path) -> Any:
             f"{fix}",
             where=where,
         ) from exc
-    if type(state) not in (dict, OrderedDict):
+    if type(state) not in DICT_TYPES:
         raise InvalidCheckpointError(
             f"{where} holds a {type(state).__name__}, expected SpecForge's training-state dict; {fix}",
             where=where,
         )
-    # dict.get, not state.get: a pickle may give an OrderedDict instance attributes (BUILD), and an
-    # attribute named "get" would shadow the method
     return dict.get(state, "strategy", MISSING)
+
+
+def _check_directory(handle: IO[bytes], where: str, fix: str) -> None:
+    """Refuse a zip whose central directory is larger than ``MAX_STATE_DIRECTORY_BYTES``, before
+    zipfile lists it (with the end record zipfile itself reads)."""
+    end_record = getattr(zipfile, "_EndRecData")(handle)  # noqa: B009  # private, and zipfile's own
+    if end_record is None:
+        return  # not a zip: zipfile says so
+    size = end_record[getattr(zipfile, "_ECD_SIZE")]  # noqa: B009
+    if size > MAX_STATE_DIRECTORY_BYTES:
+        raise InvalidCheckpointError(
+            f"{where}: its zip directory is {size} bytes, more than the {MAX_STATE_DIRECTORY_BYTES} the "
+            f"members of a training state take (~80 bytes each); {fix}",
+            where=where,
+        )
 
 
 def _state_pickle(archive: zipfile.ZipFile, where: str, fix: str) -> bytes:
@@ -137,4 +106,10 @@ def _state_pickle(archive: zipfile.ZipFile, where: str, fix: str) -> bytes:
     return data
 
 
-__all__ = ["TRAINING_STATE", "MAX_STATE_PICKLE_BYTES", "MISSING", "read_training_strategy"]
+__all__ = [
+    "TRAINING_STATE",
+    "MAX_STATE_PICKLE_BYTES",
+    "MAX_STATE_DIRECTORY_BYTES",
+    "MISSING",
+    "read_training_strategy",
+]

@@ -149,11 +149,25 @@ def _show_progress(args: argparse.Namespace) -> bool:
     return bool(isatty and isatty())  # a pipe or a log file gets no carriage-return updates
 
 
+def _check_max_new_tokens(target: str, max_new_tokens: int) -> None:
+    """``--max-new-tokens`` against the context the target's config.json declares, before any load (a
+    folder that cannot be read is left to the target's loader to refuse)."""
+    from ..checkpoint_files import MAX_CONFIG_BYTES, read_json
+    from ..engine.context import check_context, target_context
+
+    try:
+        config = read_json(Path(target).expanduser() / "config.json", "target config", MAX_CONFIG_BYTES, "")
+    except (DsparkHarvestError, RuntimeError):
+        return
+    check_context(target_context(config), [], max_new_tokens)
+
+
 def check(args: argparse.Namespace) -> CheckReport:
     """Run the check described by ``args``; returns the report (raises the typed errors)."""
     import torch
 
     from ..embedded import EMBEDDED
+    from ..engine.context import check_context, target_context
 
     checked = check_arguments(args)
     if checked.threads is not None:
@@ -164,6 +178,7 @@ def check(args: argparse.Namespace) -> CheckReport:
     else:
         target_path, drafts = str(resolve_target(args.target)), checked.drafts
     cfgs = _censuses(drafts)  # the census first: a refused drafter should not cost a model load
+    _check_max_new_tokens(target_path, args.max_new_tokens)  # nor --max-new-tokens past the context
     dtype_name = compute_dtype(args.dtype, checked.device, None if embedded else Path(target_path))
     dtype = getattr(torch, dtype_name)
     progress = _show_progress(args)
@@ -174,6 +189,8 @@ def check(args: argparse.Namespace) -> CheckReport:
     ]
     vocab = target.get_input_embeddings().num_embeddings
     prompts = encode_prompts(tokenizer, (args.prompt or list(EMBEDDED.prompts))[: args.num_prompts], vocab)
+    context, block = target_context(target.config.to_dict()), max(c.block_size or 0 for c in cfgs)
+    check_context(context, [len(p) for p in prompts], args.max_new_tokens, block)  # before any prefill
     with memory_guard("measuring"):
         runs, ar_tps, wall = measure(target, drafters, prompts, args.max_new_tokens, progress=progress)
     settings = Settings(

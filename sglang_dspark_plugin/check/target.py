@@ -136,7 +136,10 @@ def load_target(
 def _load(folder: Path, path: str | Path, device: torch.device, dtype: torch.dtype) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from ..engine.target_sizes import preflight_target
+
     try:
+        preflight_target(folder)  # the config against the weights, before anything is allocated
         with memory_guard("loading the target"):
             tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
             # typed as a Module: transformers' own ``to`` wraps Module.to and loses its signature

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from ..errors import InvalidCheckpointError, MissingBlockSizeError, printable
+from .formats import engine_config, engine_layer_ids, export_format
 from .layers import DraftCache, DraftLayer, LayerInputs, RMSNorm, RotaryEmbedding, rope_theta
 from .markov import ConfidenceHead, VanillaMarkov, build_markov_head, describe_heads
 from .preflight import check_model_settings, check_sizes_before_allocating
@@ -213,6 +214,10 @@ def _built(build: Any, folder: Path) -> DFlashDraftModel:
     return model
 
 
+def _shapes(tensors: Mapping[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:
+    return {name: tuple(t.shape) for name, t in tensors.items()}
+
+
 def load_drafter(
     path: str | Path,
     device: str | torch.device = "cpu",
@@ -236,19 +241,25 @@ def load_drafter(
         cfg = census(str(path))
     folder = Path(cfg.path)
     where = printable(folder / "config.json")
-    # the headers' shapes first: every check runs before a tensor is read
-    shapes = header_shapes(folder)
-    raw = {**cfg.raw, **head_keys(folder, cfg.raw, cfg, shapes)}
+    # the headers' shapes first, under the engine's names: every check runs before a tensor is read
+    fmt = export_format(cfg)
+    shapes = fmt.to_engine(header_shapes(folder), folder)
+    config = engine_config(cfg, fmt)
+    raw = {**config, **head_keys(folder, config, cfg, shapes)}
     check_model_settings(raw, where)
-    arguments = _checkpoint_arguments(cfg, mask_token_id, where)
+    arguments = {
+        **_checkpoint_arguments(cfg, mask_token_id, where),
+        "target_layer_ids": engine_layer_ids(cfg, fmt),
+    }
 
     def build() -> DFlashDraftModel:
         return DFlashDraftModel(_as_config(raw), **arguments)
 
-    check_sizes_before_allocating(build, raw, shapes, where)
-    state = read_state_dict(folder)
+    expected = check_sizes_before_allocating(build, raw, shapes, where)
+    check_state_fits(expected, shapes, folder, raw["markov_head_type"], fmt)  # names, before allocating
+    state = fmt.to_engine(read_state_dict(folder), folder)
     model = _built(build, folder)
-    check_state_fits(model.state_dict(), state, folder, raw["markov_head_type"])
+    check_state_fits(_shapes(model.state_dict()), _shapes(state), folder, raw["markov_head_type"], fmt)
     model.load_state_dict(state, strict=True)
     return model.to(device=device, dtype=dtype).eval()
 

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..capture import uncapturable_message
-from ..errors import InvalidCheckpointError, MissingBlockSizeError, UnsupportedCheckpointError, printable
+from ..errors import InvalidCheckpointError, MissingBlockSizeError, printable
 from .drafter import DFlashDraftModel, load_drafter
+from .formats import engine_config, export_format
 
 if TYPE_CHECKING:
     import torch
@@ -25,17 +26,12 @@ MASK_TOKEN = "<|MASK|>"
 
 
 def check_engine_can_draft(cfg: DflashCfg) -> None:
-    """Refuse, from the census alone, a checkpoint the reference engine cannot draft with."""
+    """Refuse, from the census alone, a checkpoint the reference engine cannot draft with.
+
+    speculators and TorchSpec exports are drafted with their names mapped (``formats``).
+    """
     where = printable(Path(cfg.path) / "config.json")
-    if "speculators_model_type" in cfg.raw:
-        raise UnsupportedCheckpointError(
-            f"{where} is in the vllm-project/speculators format (speculators_model_type "
-            f"{printable(repr(cfg.raw['speculators_model_type']), 60)}, the decoder nested in "
-            "transformer_layer_config): `dspark-harvest inspect` reads its training strategy, but the "
-            "reference engine, like sglang, loads z-lab and SpecForge layouts only (a flat Qwen3 "
-            "config with architectures and dflash_config); export it in one of those to measure it.",
-            where=where,
-        )
+    engine_config(cfg, export_format(cfg))  # a reduced draft vocabulary is refused here
     if cfg.block_size is None:
         raise MissingBlockSizeError(
             f"{where} gives no block size, and check needs it to draft (sglang would take it from "

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..bounds import check_tensor_count
 from ..checkpoint_files import describe, read_index, read_safetensors_header, regular_file, shard_files
 from ..errors import InvalidCheckpointError, printable
 
@@ -67,6 +68,7 @@ def weight_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
     shapes: dict[str, tuple[int, ...]] = {}
     for path in weight_files(folder):
         shapes.update({name: info.shape for name, info in read_safetensors_header(path).items()})
+        check_tensor_count(len(shapes), printable(path))
     return shapes
 
 
@@ -125,20 +127,22 @@ def check_sizes_before_allocating(
     config: Mapping[str, Any],
     shapes: Mapping[str, tuple[int, ...]],
     where: str,
-) -> None:
-    """Compare the model ``build`` would allocate with the weights' shapes, allocating nothing.
+) -> dict[str, tuple[int, ...]]:
+    """Compare the model ``build`` would allocate with the weights' shapes, allocating nothing; returns
+    the skeleton's parameter shapes (``weights.check_state_fits`` then compares the names).
 
-    The layer count is compared first (a config with thousands of layers is refused before even a
-    skeleton is built); then ``build`` runs on the meta device, which gives every parameter's shape
-    without memory, and each one the weights hold must have the weights' shape.
+    The layer count is compared first, also when the weights hold no layer at all (a config with
+    thousands of layers is refused before even a skeleton is built); then ``build`` runs on the meta
+    device, which gives every parameter's shape without memory, and each one the weights hold must
+    have the weights' shape.
     """
     layers = _layer_indices(shapes, where)
     n = config["num_hidden_layers"]
-    if layers and len(layers) != n:
+    if len(layers) != n:
+        held = f"layers.{min(layers)}.* to layers.{max(layers)}.*" if layers else "no layers.* tensor"
         raise InvalidCheckpointError(
-            f"{where}: num_hidden_layers = {n} but the weights hold {len(layers)} layer(s) "
-            f"(layers.{min(layers)}.* to layers.{max(layers)}.*); set num_hidden_layers to the weights' "
-            "count.",
+            f"{where}: num_hidden_layers = {n} but the weights hold {len(layers)} layer(s) ({held}); set "
+            "num_hidden_layers to the weights' count, or re-export a checkpoint with its layers.",
             where=f"{where}:num_hidden_layers",
         )
     try:
@@ -163,6 +167,7 @@ def check_sizes_before_allocating(
             "head_dim / target_layer_ids in config.json to the weights' sizes.",
             where=where,
         )
+    return expected
 
 
 __all__ = [

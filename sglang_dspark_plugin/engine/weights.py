@@ -20,6 +20,7 @@ from .preflight import WEIGHTS_FILE, weight_files, weight_shapes
 
 if TYPE_CHECKING:
     from ..draft_config import DflashCfg
+    from .formats import ExportFormat
 
 # Old SpecForge checkpoints wrote their heads under this prefix (SpecForge dflash.py normalises it too).
 LEGACY_HEAD_PREFIX = "logit_head."
@@ -168,11 +169,29 @@ def _listed(keys: list[str]) -> str:
 
 
 def check_state_fits(
-    expected: Mapping[str, torch.Tensor], state: Mapping[str, torch.Tensor], folder: Path, head_type: str
+    expected: Mapping[str, tuple[int, ...]],
+    state: Mapping[str, tuple[int, ...]],
+    folder: Path,
+    head_type: str,
+    fmt: ExportFormat | None = None,
 ) -> None:
-    """Refuse weights whose names or shapes differ from the model's (``expected``), naming them."""
+    """Refuse weights whose names or shapes differ from the model's (``expected``), naming them.
+
+    Both map a parameter name to its shape: the model's from a skeleton on the meta device, the
+    weights' from their headers, so a tensor the config implies but the weights lack (every MLP, every
+    layer) is refused before anything is allocated for it. With an export ``fmt`` other than z-lab's,
+    every missing tensor is named as that format calls it."""
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
+    if fmt is not None and fmt.renames + fmt.target_owned and (missing or unexpected):
+        named = [fmt.checkpoint_name(k) for k in missing]
+        raise InvalidCheckpointError(
+            f"{folder}: the {fmt.name} weights, mapped onto the reference engine's names, lack "
+            f"{len(named)} tensor(s): {named}; and hold {len(unexpected)} it has no place for: "
+            f"{_listed([fmt.checkpoint_name(k) for k in unexpected])}. Check num_hidden_layers / "
+            "target layer ids / markov_head_type against the weights, or re-export the checkpoint.",
+            where=str(folder / WEIGHTS_FILE),
+        )
     head_missing = [k for k in missing if k.startswith(MARKOV_PREFIX)]
     head_unexpected = [k for k in unexpected if k.startswith(MARKOV_PREFIX)]
     if head_missing or head_unexpected:
@@ -189,12 +208,12 @@ def check_state_fits(
             "target_layer_ids against the weights, or re-export the checkpoint in z-lab / SpecForge format",
             where=str(folder / WEIGHTS_FILE),
         )
-    bad = [k for k, v in expected.items() if tuple(state[k].shape) != tuple(v.shape)]
+    bad = [k for k, v in expected.items() if tuple(state[k]) != tuple(v)]
     if bad:
         k = bad[0]
         raise InvalidCheckpointError(
-            f"{folder}: tensor {k} has shape {tuple(state[k].shape)} but config.json implies "
-            f"{tuple(expected[k].shape)} ({len(bad)} mismatched); fix hidden_size / heads / "
+            f"{folder}: tensor {k} has shape {tuple(state[k])} but config.json implies "
+            f"{tuple(expected[k])} ({len(bad)} mismatched); fix hidden_size / heads / "
             "target_layer_ids in config.json",
             where=str(folder / WEIGHTS_FILE),
         )

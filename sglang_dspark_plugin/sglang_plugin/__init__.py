@@ -8,13 +8,15 @@ does not import sglang; ``register()`` does.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
+from ..logsafe import safe_logger
+from ..serving import ALGORITHM
+from . import builtin, contract, hooks
 from .contract import FIX as _FIX
-from .resolution import ALGORITHM
+from .resolution import require_plan
 
-logger = logging.getLogger("sglang_dspark_plugin.sglang_plugin")
+logger = safe_logger("sglang_dspark_plugin.sglang_plugin")
 
 
 def is_registered() -> bool:
@@ -29,19 +31,10 @@ def is_registered() -> bool:
 
 
 def _factory(server_args: Any) -> type:
-    """The worker class for the harvest the draft checkpoint resolves to (called by ``create_worker``).
-
-    Reached only on the fallback route, where the early rewrite to the builtin did not fire.
-    """
-    from . import contract
-
-    contract.require_worker_contract()  # the workers' entries, deferred from registration
-    from . import workers
-    from .layout import layout_of
-    from .resolution import served
-
-    s = served(server_args)
-    return workers.worker_class_for(s.resolution.harvest, layout_of(s).builtin)
+    """The factory of the registered algorithm: only reached where the early rewrite did not run, so
+    it refuses (``resolution.require_plan``) instead of serving through a second route."""
+    require_plan(server_args, f"the registered {ALGORITHM} worker factory")
+    raise AssertionError("unreachable: a launch with a plan is served as its builtin")
 
 
 def register() -> bool:
@@ -55,8 +48,6 @@ def register() -> bool:
     whether the algorithm is registered afterwards.
     """
     try:
-        from . import contract
-
         version = contract.sglang_version()
         if is_registered():
             return True
@@ -74,7 +65,6 @@ def register() -> bool:
             )
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-        from . import builtin, hooks
         from .spec_algo import DsparkHarvestSpecAlgo
 
         # The hooks first: if one fails, nothing is registered (they are inert for other algorithms).

@@ -1,53 +1,43 @@
 """Serve ``DSPARK_HARVEST`` AS the builtin it resolves to: DFLASH (mask-fill) or DSPARK (shifted).
 
-sglang keys many checks and features on the algorithm's name. So the harvest is resolved at the START
-of argument resolution and ``--speculative-algorithm DSPARK_HARVEST`` is rewritten to ``DFLASH`` or
-``DSPARK``; from there sglang's own handler, checks and features run in their normal order, exactly as
-for the builtin. What stays the plugin's:
-
-* the rewrite itself, with the plugin's own refusals first (conflicting evidence, width flags that
-  contradict the checkpoint, target layers sglang cannot capture, drafters the arm cannot build,
-  prefill-decode disaggregation), and the startup line and manifest that link the builtin name back to
-  ``DSPARK_HARVEST``;
-* a private marker on the server args (``MARKER_ATTR``, it survives pickling and deepcopy) and in the
-  environment (``MARKER_ENV``, exported before sglang spawns its schedulers), which makes
-  ``SpeculativeAlgorithm.create_worker`` return the plugin's worker subclass (its telemetry, rank
-  agreement, no-Markov route). A plain DFLASH/DSPARK launch has no marker and keeps sglang's worker.
+sglang keys many checks and features on the algorithm's name. So at the START of argument resolution
+the plugin makes the serving plan (``serving.make_plan``: every refusal the plugin owns, once) and
+declares the builtin and the geometry it names; from there sglang's own handler, checks and features
+run in their normal order, exactly as for the builtin. The plan rides on the server args
+(``resolution.PLAN_ATTR``) into every scheduler process, where ``SpeculativeAlgorithm.create_worker``
+returns the plugin's worker subclass (its telemetry and rank agreement) in place of the builtin worker
+it subclasses. A plain DFLASH/DSPARK launch carries no plan and keeps sglang's worker.
 
 Where the early hook runs: sglang 0.5.23, the resolution-hook API (``register_resolution_hook``) on the
 ``handle_model_source_paths`` step, plus a check on ``handle_other_validations`` (after
 ``handle_speculative_decoding``) that the geometry survived; sglang 0.5.17, a ``HookRegistry`` AROUND
 hook on ``ServerArgs.__post_init__`` (``load_plugins()`` runs before any ``ServerArgs`` is built by the
 launcher and the Engine). Where neither fires (a script that builds ``ServerArgs`` before
-``load_plugins()``), the registered ``DSPARK_HARVEST`` algorithm still serves, with a warning.
+``load_plugins()``), the registered ``DSPARK_HARVEST`` algorithm refuses and says how to launch.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import os
 from typing import Any
 
 from ..errors import GeometryError
-from ..harvest import DsparkHarvest
-from .layout import layout_of
+from ..logsafe import safe_logger
+from ..serving import ALGORITHM, make_plan
+from .contract import require_worker_contract
 from .resolution import (
-    ALGORITHM,
-    Served,
+    PLAN_ATTR,
     announce,
+    asked_for_plugin,
     declare_args,
+    launch_request,
+    plan_of,
     read_arg,
+    require_plan,
+    sglang_support,
     unwrap_record,
 )
 
-logger = logging.getLogger("sglang_dspark_plugin.sglang_plugin")
-
-MARKER_ATTR = "_dspark_harvest_served"
-"""Private attribute on sglang's server args: what the plugin resolved ``DSPARK_HARVEST`` to."""
-
-MARKER_ENV = "MEMRA_DSPARK_SERVED"
-"""The same marker as JSON in the environment, for processes whose server args lost the attribute."""
+logger = safe_logger("sglang_dspark_plugin.sglang_plugin")
 
 SOURCE = f"{ALGORITHM} (resolved as builtin)"
 
@@ -58,94 +48,60 @@ CREATE_WORKER_TARGET = "sglang.srt.speculative.spec_info.SpeculativeAlgorithm.cr
 
 
 def wants_plugin(server_args: Any) -> bool:
-    """Whether these server args ask for ``DSPARK_HARVEST`` (before the rewrite)."""
+    """Whether these server args ask for ``DSPARK_HARVEST`` now (before the rewrite)."""
     return str(read_arg(server_args, "speculative_algorithm") or "").upper() == ALGORITHM
 
 
-def rewrite_to_builtin(server_args: Any) -> Served | None:
-    """Resolve ``DSPARK_HARVEST`` and declare the builtin it serves as; ``None`` for any other algorithm."""
-    from .spec_algo import override_steps_and_topk, served_or_refused
-
+def rewrite_to_builtin(server_args: Any) -> Any:
+    """Make the plan and declare the builtin it serves as; ``None`` for any other algorithm."""
     record = unwrap_record(server_args)
     if not wants_plugin(record):
         return None
-    s = served_or_refused(record)
-    g = s.geometry
-    layout = layout_of(s)
-    builtin = layout.builtin
-    override_steps_and_topk(record, builtin)
-    # The builtin reads the block size from the checkpoint itself (a block-size flag that contradicts
-    # it was refused above) and derives steps and topk; the plugin only names the builtin and the verify
-    # window its harvest needs, so everything else resolves exactly as for a plain DFLASH/DSPARK launch.
-    # A mask-fill DSpark drafter: sglang's DSPARK takes gamma from the config's block_size (a b-row block
-    # read as b drafts plus a query row); its gamma is b-1, the rows the drafter was trained for.
-    gamma_flag = {"speculative_dspark_block_size": g.gamma} if layout.mask_fill_dspark else {}
-    declare_args(
-        record,
-        SOURCE,
-        speculative_algorithm=builtin,
-        speculative_num_draft_tokens=g.verify_window,
-        **gamma_flag,
-    )
-    marker = {
-        "harvest": g.harvest.name(),
-        "builtin": builtin,
-        "draft": str(read_arg(record, "speculative_draft_model_path")),
-        "checkpoint": s.cfg.path,
-        "verify_window": g.verify_window,
-        "block_size": g.block_size,
-        "sample_from_anchor": layout.sample_from_anchor,
-    }
-    setattr(record, MARKER_ATTR, marker)  # 0.5.23 seals fields but allows private names
-    os.environ[MARKER_ENV] = json.dumps(marker, sort_keys=True)
-    announce(s)
+    plan = make_plan(launch_request(record), sglang_support())
+    require_worker_contract()  # a sglang that lacks what the workers need stops here, once
+    override_steps_and_topk(record, plan.builtin)
+    # The builtin reads the block size from the checkpoint itself and derives steps and topk; the plan
+    # names the builtin, the verify window its harvest needs and (mask-fill DSpark) DSPARK's gamma.
+    declare_args(record, SOURCE, **plan.declared_args)
+    setattr(record, PLAN_ATTR, plan)  # 0.5.23 seals fields but allows private names
+    announce(plan)
     logger.info(
         "%s: served as sglang's builtin %s (sglang reports the algorithm as %s from here on)",
         ALGORITHM,
-        layout.describe(),
-        builtin,
+        plan.layout.describe(),
+        plan.builtin,
     )
-    return s
+    return plan
 
 
-def marker_of(server_args: Any) -> dict[str, Any] | None:
-    """The plugin's marker for these server args: the attribute, else the environment's for this draft."""
-    record = unwrap_record(server_args)
-    marker = getattr(record, MARKER_ATTR, None)
-    if isinstance(marker, dict):
-        return marker
-    raw = os.environ.get(MARKER_ENV)
-    if not raw:
-        return None
-    try:
-        marker = json.loads(raw)
-    except ValueError:
-        return None
-    draft = str(read_arg(record, "speculative_draft_model_path"))
-    if not isinstance(marker, dict) or draft not in (marker.get("draft"), marker.get("checkpoint")):
-        return None
-    return marker
+def override_steps_and_topk(record: Any, builtin: str) -> None:
+    """Warn about steps/topk flags other than 1 (the builtin handlers override them to 1 too)."""
+    for field, flag in (
+        ("speculative_num_steps", "--speculative-num-steps"),
+        ("speculative_eagle_topk", "--speculative-eagle-topk"),
+    ):
+        value = read_arg(record, field)
+        if value is not None and str(value).strip() != "1":
+            logger.warning(
+                "%s (like %s) only supports %s 1; overriding %s to 1.", ALGORITHM, builtin, flag, value
+            )
 
 
 def check_rewritten(server_args: Any) -> None:
-    """After sglang's own speculative handling: the builtin kept the plugin's geometry."""
-    marker = marker_of(server_args)
-    if marker is None:
+    """After sglang's own speculative handling: the builtin kept the plan's geometry."""
+    plan = plan_of(server_args)
+    if plan is None:
         return
     record = unwrap_record(server_args)
     got = {
         "speculative_algorithm": str(read_arg(record, "speculative_algorithm") or "").upper(),
         "speculative_num_draft_tokens": read_arg(record, "speculative_num_draft_tokens"),
     }
-    want = {
-        "speculative_algorithm": marker["builtin"],
-        "speculative_num_draft_tokens": marker["verify_window"],
-    }
-    changed = {k: (got[k], v) for k, v in want.items() if got[k] != v}
+    changed = {k: (got[k], v) for k, v in plan.declared_args.items() if k in got and got[k] != v}
     if changed:
         raise GeometryError(
-            f"{ALGORITHM}: sglang's {marker['builtin']} handling changed what the {marker['harvest']} "
-            f"harvest of {marker['checkpoint']} needs: "
+            f"{ALGORITHM}: sglang's {plan.builtin} handling changed what the {plan.harvest.name()} "
+            f"harvest of {plan.cfg.path} needs: "
             + ", ".join(f"{k} = {a!r}, needs {b!r}" for k, (a, b) in changed.items())
             + "; this sglang version is not supported (run `dspark-harvest doctor`).",
             where=", ".join(changed),
@@ -176,27 +132,37 @@ def post_init_around(original: Any, self: Any, *args: Any, **kwargs: Any) -> Any
 
 
 def worker_after_create(result: Any, algorithm: Any, server_args: Any, *args: Any, **kwargs: Any) -> Any:
-    """AFTER ``SpeculativeAlgorithm.create_worker``: the plugin's worker where the marker says so."""
-    marker = marker_of(server_args)
-    if marker is None:
-        return None  # a plain DFLASH/DSPARK launch: sglang's own worker
+    """AFTER ``SpeculativeAlgorithm.create_worker``: the plugin's worker where the plan says so, and only
+    in place of the builtin worker class it subclasses (``None`` keeps sglang's own result)."""
     name = getattr(algorithm, "name", None)
     if name not in ("DFLASH", "DSPARK"):
-        return None  # not a builtin the plugin resolves to (e.g. the registered custom algorithm)
-    from . import contract
-
-    contract.require_worker_contract()  # the workers' entries, deferred from registration
-    from .workers import worker_class_for
-
-    harvest = DsparkHarvest.from_name(marker["harvest"])
-    if harvest is None or marker["builtin"] != name:
+        return None  # not a builtin the plugin resolves to
+    plan = plan_of(server_args)
+    if plan is None:
+        if asked_for_plugin(server_args):
+            require_plan(server_args, f"sglang's {name} worker factory")
+        return None  # a plain DFLASH/DSPARK launch: sglang's own worker
+    if plan.builtin != name:
         raise GeometryError(
-            f"{ALGORITHM}: sglang is building a {name} worker but the plugin resolved the draft to the "
-            f"{marker['harvest']} harvest ({marker['builtin']}); refusing rather than serving the wrong "
-            "convention. Restart the server with one MEMRA_DSPARK_HARVEST for every process.",
+            f"{ALGORITHM}: sglang is building a {name} worker but the plan of this launch serves "
+            f"{plan.cfg.path} as {plan.builtin} (the {plan.harvest.name()} harvest); refusing rather than "
+            "serving the wrong convention. Pass sglang's resolved server args on unchanged.",
             where="speculative_algorithm",
         )
-    return worker_class_for(harvest, name)
+    from .workers import parent_worker_of, worker_class_for
+
+    cls = worker_class_for(plan.harvest, plan.builtin)
+    if result is not parent_worker_of(cls):
+        logger.warning(
+            "%s: sglang chose %r for %s (a platform's own worker, not %s); serving with it as the "
+            "builtin would, without the plugin's per-round telemetry.",
+            ALGORITHM,
+            result,
+            name,
+            parent_worker_of(cls).__name__,
+        )
+        return None
+    return cls
 
 
 def register_early_hooks() -> str:
@@ -218,10 +184,9 @@ def register_early_hooks() -> str:
 
 
 __all__ = [
-    "MARKER_ATTR",
-    "MARKER_ENV",
+    "SOURCE",
     "rewrite_to_builtin",
-    "marker_of",
+    "override_steps_and_topk",
     "check_rewritten",
     "register_early_hooks",
     "worker_after_create",

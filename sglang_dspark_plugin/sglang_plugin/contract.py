@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from importlib import metadata
 
 from ..errors import DsparkHarvestError
+from ..serving import ALGORITHM
+from .hooks import HOOK_CONTRACT
 
 SUPPORTED_SGLANG = ("0.5.17", "0.5.23")
 """Versions the plugin is tested against (0.5.17: the eval pin; 0.5.23: the current release)."""
@@ -189,8 +191,6 @@ def full_contract() -> list[Entry]:
 
 def registration_contract() -> list[Entry]:
     """What ``register()`` checks: the plugin's entries and the hooks' (``hooks.HOOK_CONTRACT``)."""
-    from .hooks import HOOK_CONTRACT
-
     return full_contract() + list(HOOK_CONTRACT)
 
 
@@ -233,8 +233,6 @@ FIX = (
 
 def mismatch_message(missing: list[HookStatus], outcome: str) -> str:
     """One line: what the installed sglang lacks, what that means for the plugin, and the fix."""
-    from .resolution import ALGORITHM
-
     shown = "; ".join(f"{s.target} ({s.problem})" for s in missing[:6])
     more = f" and {len(missing) - 6} more" if len(missing) > 6 else ""
     return (

@@ -13,9 +13,7 @@ from sglang.srt.models.dspark import DSparkDraftModel
 from sglang.srt.speculative.dspark_components.dspark_config import parse_dspark_draft_config
 
 from ..errors import InvalidCheckpointError
-from ..harvest import ENV_VAR, DsparkHarvest
-from ..tensor_headers import markov_head, tensor_headers
-from .hooks import same_path
+from ..harvest import ENV_VAR
 
 
 def _cfg_get(config: Any, key: str) -> Any:
@@ -114,84 +112,14 @@ def prepare_dspark_arm_config(
     return no_markov
 
 
-def served_markov_head(cfg: Any) -> tuple[int, str | None]:
-    """The Markov head the dspark arm serves for a census ``cfg``: ``(rank, head type)``.
-
-    The rank is the config's (the census reads spellings sglang does not, such as
-    ``dflash_config.markov_rank`` on 0.5.17, and checks them against the tensor shapes); a config
-    that declares none takes the rank of the ``markov_head.*`` tensors (``markov_w1`` is [vocab,
-    rank]) and, unless declared, their head type; else sglang's own parse of the raw config decides.
-    The head type is the config's declaration (None when it has none). Rank 0 means no Markov head:
-    the zero rank-1 head is served.
-    """
-    declared = _declared_head_type(cfg.raw)
-    if cfg.markov_rank is not None:
-        return int(cfg.markov_rank), declared
-    found = markov_head(tensor_headers(cfg.path))
-    if found is not None:
-        return found.rank, declared or found.head_type
-    # Without a path the parse hook (which calls this) leaves the parse alone: no recursion even when
-    # config.json records the served draft's own "_name_or_path".
-    raw = {k: v for k, v in cfg.raw.items() if k != "_name_or_path"}
-    try:
-        return int(parse_dspark_draft_config(draft_hf_config=raw).markov_rank), declared
-    except ValueError as exc:
-        raise InvalidCheckpointError(
-            f"sglang cannot read {cfg.path}/config.json as a DSpark draft: {exc}", where="config.json"
-        ) from exc
-
-
-def served_markov_rank(cfg: Any) -> int:
-    """The rank of ``served_markov_head``: 0 when the checkpoint has no Markov head."""
-    return served_markov_head(cfg)[0]
-
-
-def _served_markov(config: Any) -> tuple[int, str] | None:
-    """(rank, head type) the dspark arm serves for this draft config, or None when it is not ours."""
-    from .resolution import ALGORITHM, published_server_args, read_arg, served
-
-    name = _cfg_get(config, "_name_or_path")
-    if not name:
-        return None
-    from .builtin import marker_of
-
-    server_args = published_server_args()
-    if server_args is None:
-        return None
-    # The plugin's server: the marker of the rewrite to the builtin, or the custom algorithm's name
-    # (fallback route). A plain DSPARK launch has neither and keeps sglang's refusal of markov_rank 0.
-    if marker_of(server_args) is None and (
-        str(read_arg(server_args, "speculative_algorithm") or "").upper() != ALGORITHM
-    ):
-        return None
-    # The path first: only the served draft's own config may resolve (census) here.
-    if not same_path(name, read_arg(server_args, "speculative_draft_model_path")):
-        return None
-    s = served(server_args)
-    if s.resolution.harvest is not DsparkHarvest.DSPARK:
-        return None
-    rank, served_type = served_markov_head(s.cfg)
-    if rank == 0:
-        return 1, "vanilla"  # the zero head of HarvestDSparkDraftModel
-    head_type = _declared_head_type(config) or served_type
-    return None if head_type is None else (rank, head_type)
-
-
-def _served_markov_after_parse(result: Any, *args: Any, **kwargs: Any) -> Any:
-    """AFTER hook: sglang's parse reports the Markov head the dspark arm serves for its draft.
-
-    Only for the draft of a ``DSPARK_HARVEST`` server in the dspark arm (matched by path); any other
-    config, algorithm or arm gets sglang's own result (``None`` = unchanged). The head it reports is the
-    one ``HarvestDSparkDraftModel`` builds: rank 1 zeroed when the checkpoint has none, else the
-    census's rank (spellings such as ``dflash_config.markov_rank`` that 0.5.17 does not read).
-    """
-    config = kwargs.get("draft_hf_config", args[0] if args else None)
-    wanted = _served_markov(config)
-    if wanted is None or (result.markov_rank, result.markov_head_type) == wanted:
+def with_markov_head(result: Any, head: tuple[int, str]) -> Any:
+    """sglang's parse result reporting the plan's Markov head ``(rank, head type)``; ``None`` when it
+    already does (the parse hook then keeps sglang's own result)."""
+    if (result.markov_rank, result.markov_head_type) == head:
         return None
     # sglang's parse result is a frozen msgspec struct (msgspec: sglang's dependency, not ours).
     structs: Any = importlib.import_module("msgspec.structs")
-    return structs.replace(result, markov_rank=wanted[0], markov_head_type=wanted[1])
+    return structs.replace(result, markov_rank=head[0], markov_head_type=head[1])
 
 
 @dataclass(frozen=True)
@@ -250,6 +178,5 @@ __all__ = [
     "DraftRoute",
     "HarvestDSparkDraftModel",
     "prepare_dspark_arm_config",
-    "served_markov_head",
-    "served_markov_rank",
+    "with_markov_head",
 ]

@@ -18,6 +18,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from .resolution import plan_of, published_server_args
+
 _PARSE_MODULE = "sglang.srt.speculative.dspark_components.dspark_config"
 PARSE_HOOK_TARGET = f"{_PARSE_MODULE}.parse_dspark_draft_config"
 """sglang's DSpark draft-config parser; every Markov-rank refusal reads its result."""
@@ -31,8 +33,9 @@ _REGISTRY = "sglang.srt.plugins.hook_registry"
 
 HOOK_CONTRACT: list[tuple[str, str, tuple[str, ...] | None]] = [
     (_REGISTRY, "HookRegistry.register", ("target", "hook", "hook_type")),
-    (_REGISTRY, "HookRegistry.apply_hooks", ()),
     (_REGISTRY, "HookRegistry._hooks", None),  # register_hooks' idempotence
+    (_REGISTRY, "HookRegistry._patched", None),  # apply_own: only the plugin's own targets
+    (_REGISTRY, "HookRegistry._apply_target", ("target", "hooks")),
     (_REGISTRY, "HookType.AFTER", None),
     (_REGISTRY, "HookType.BEFORE", None),
 ]
@@ -91,9 +94,19 @@ def _register_and_apply(
         from sglang.srt.plugins.hook_registry import HookRegistry
 
         if _register(module_name, qualname, hook, kind):
-            HookRegistry.apply_hooks()  # patches the targets not patched yet: this one
+            apply_own(HookRegistry, f"{module_name}.{qualname}")
 
     return on_import
+
+
+def apply_own(registry: Any, target: str) -> None:
+    """Patch this one target now (every hook registered on it, ours among them), as
+    ``HookRegistry.apply_hooks`` would; never the other plugins' targets, which sglang applies itself
+    once their plugins have registered (this can run inside another plugin's ``register()``)."""
+    if target in registry._patched:
+        return
+    registry._apply_target(target, registry._hooks[target])
+    registry._patched.add(target)
 
 
 def live_requests_before_result(processor: Any, result: Any, batch: Any, *args: Any, **kwargs: Any) -> None:
@@ -113,23 +126,25 @@ def same_path(a: Any, b: Any) -> bool:
 
 
 def served_markov_after_parse(result: Any, *args: Any, **kwargs: Any) -> Any:
-    """AFTER hook on ``parse_dspark_draft_config``: the served draft's Markov head, else ``None``.
+    """AFTER hook on ``parse_dspark_draft_config``: the Markov head the plan serves, else ``None``.
 
-    Cheap for every other config: only the config of the served draft (matched by path, in a process
-    whose server arguments are published) reaches ``draft_model._served_markov_after_parse``.
+    Cheap for every other config: only the served draft's own config (matched by path) in a process
+    whose published server args carry a plan with DSPARK as its builtin is answered, with the plan's
+    head (the zero rank-1 head for a shifted drafter without one; a mask-fill DSpark drafter's head
+    even where only its tensors declare it, or ``dflash_config`` nests it).
     """
     config = kwargs.get("draft_hf_config", args[0] if args else None)
     name = config.get("_name_or_path") if isinstance(config, dict) else getattr(config, "_name_or_path", None)
     if not name:
         return None
-    from .resolution import published_server_args, read_arg
-
-    server_args = published_server_args()
-    if server_args is None or not same_path(name, read_arg(server_args, "speculative_draft_model_path")):
+    plan = plan_of(published_server_args())
+    if plan is None or plan.served_markov_head is None:
+        return None
+    if not (same_path(name, plan.draft) or same_path(name, plan.cfg.path)):
         return None
     from . import draft_model
 
-    return draft_model._served_markov_after_parse(result, *args, **kwargs)
+    return draft_model.with_markov_head(result, plan.served_markov_head)
 
 
 _finders: dict[str, _PatchOnImport] = {}

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -18,38 +17,26 @@ from sglang.srt.speculative.dspark_components.dspark_worker_v2 import DSparkWork
 
 from ..errors import GeometryError
 from ..harvest import ENV_VAR, DsparkHarvest
+from ..logsafe import safe_logger
 from ..rank_agreement import agreement_values, check_rank_agreement
-from .draft_model import (
-    HarvestDSparkDraftModel,
-    prepare_dspark_arm_config,
-    served_markov_head,
-    served_markov_rank,
-)
+from ..serving import ServePlan
+from ..serving.layout import DFLASH, DSPARK, MASK_FILL, MASK_FILL_DSPARK, SHIFTED, harvest_layout
+from .draft_model import HarvestDSparkDraftModel, prepare_dspark_arm_config
 from .draft_routes import (
     DSPARK_ARCHITECTURES,
     DSPARK_ARM_ARCHITECTURES,
-    check_servable,
     dflash_draft_route,
     dspark_draft_route,
-    require_mask_token,
+    route_of,
 )
 from .hooks import PARSE_HOOK_TARGET, RESULT_HOOK_TARGET, TARGET_CONTRACT, register_hooks
-from .layout import (
-    DFLASH,
-    DSPARK,
-    MASK_FILL,
-    MASK_FILL_DSPARK,
-    SHIFTED,
-    architectures_of,
-    harvest_layout,
-    layout_of,
-)
 from .placement import AttentionRanks, attention_ranks, telemetry_placement
+from .resolution import announce, read_arg, require_plan
 
 if TYPE_CHECKING:
     from ..telemetry import AcceptTelemetry
 
-logger = logging.getLogger(__name__)
+logger = safe_logger("sglang_dspark_plugin.sglang_plugin")
 
 WORKER_CONTRACT: list[tuple[str, str, tuple[str, ...] | None]] = [
     # (module, qualname, parameter names the workers pass or override; None = existence only).
@@ -93,13 +80,6 @@ first needed (argument resolution of a DSPARK_HARVEST server, the worker factory
 doctor`` checks them with everything else. The hooks' entries are ``hooks.HOOK_CONTRACT``."""
 
 
-def _served_for(server_args: Any) -> Any:
-    """``resolution.served``: imported on first use, so this module imports without it."""
-    from .resolution import served
-
-    return served(server_args)
-
-
 def _tp_cpu_group() -> tuple[Any, int]:
     from sglang.srt.distributed.parallel_state import get_tp_group
 
@@ -107,11 +87,10 @@ def _tp_cpu_group() -> tuple[Any, int]:
     return group.cpu_group, int(group.rank_in_group)
 
 
-def rank_agreement_values(served: Any) -> dict[str, Any]:
+def rank_agreement_values(plan: ServePlan) -> dict[str, Any]:
     """What every TP rank must agree on (``rank_agreement.agreement_values``): the harvest, its source,
-    the geometry, the draft as the user named it and a fingerprint of its content."""
-    draft = getattr(served, "draft", "") or served.cfg.path
-    return agreement_values(draft, served.cfg, served.resolution, served.geometry)
+    the geometry, the draft as the user named it and a fingerprint of the content this rank holds."""
+    return agreement_values(plan.draft, plan.cfg, plan.resolution, plan.geometry)
 
 
 _Init = TypeVar("_Init", bound=Callable[..., None])
@@ -140,70 +119,64 @@ class _HarvestWorkerMixin:
     """Resolution, rank agreement and the per-round telemetry hook, common to both arms."""
 
     dspark_harvest: ClassVar[DsparkHarvest]
-    dspark_served: Any = None
+    dspark_plan: ServePlan | None = None
     dspark_telemetry: AcceptTelemetry | None = None
 
-    def _dspark_harvest_init(self, server_args: Any) -> Any:
-        served = _served_for(server_args)
-        harvest = served.resolution.harvest
-        if harvest is not self.dspark_harvest:
+    def _dspark_harvest_init(self, server_args: Any) -> ServePlan:
+        plan = require_plan(server_args, type(self).__name__)
+        if plan.harvest is not self.dspark_harvest:
             raise GeometryError(
-                f"{type(self).__name__} serves the {self.dspark_harvest.name()} harvest but this process "
-                f"resolved {harvest.name()} ({served.resolution.source}); the factory and the worker "
-                f"disagree. Check that {ENV_VAR} is the same in every process of this server.",
+                f"{type(self).__name__} serves the {self.dspark_harvest.name()} harvest but the plan of "
+                f"this launch serves {plan.harvest.name()} ({plan.resolution.source}); the factory and "
+                "the worker disagree. Pass sglang's resolved server args on unchanged.",
                 where=ENV_VAR,
             )
-        from .resolution import read_arg
-
         running_as = str(read_arg(server_args, "speculative_algorithm") or "").upper()
-        builtin = layout_of(served).builtin
-        if running_as in (DFLASH, DSPARK) and running_as != builtin:
+        if running_as in (DFLASH, DSPARK) and running_as != plan.builtin:
             raise GeometryError(
-                f"{type(self).__name__}: sglang runs this server as {running_as} but the draft "
-                f"{served.cfg.path} resolves to the {harvest.name()} harvest ({builtin}) in "
-                f"this process ({served.resolution.source}); refusing rather than serving the wrong "
-                f"convention. Check that {ENV_VAR} is the same in every process of this server.",
+                f"{type(self).__name__}: sglang runs this server as {running_as} but the plan serves "
+                f"the draft {plan.cfg.path} as {plan.builtin} (the {plan.harvest.name()} harvest, "
+                f"{plan.resolution.source}); refusing rather than serving the wrong convention.",
                 where="speculative_algorithm",
             )
         group, tp_rank = _tp_cpu_group()
-        check_rank_agreement(rank_agreement_values(served), group)
+        check_rank_agreement(rank_agreement_values(plan), group)
         enable_metrics = bool(getattr(server_args, "enable_metrics", False))
-        self._dspark_attach(served, tp_rank=tp_rank, enable_metrics=enable_metrics)
-        return served
+        self._dspark_attach(plan, tp_rank=tp_rank, enable_metrics=enable_metrics)
+        return plan
 
-    def _dspark_attach(self, served: Any, *, tp_rank: int = 0, enable_metrics: bool = False) -> None:
-        """Keep ``served``; create the accept telemetry on the first rank of each attention group.
+    def _dspark_attach(self, plan: ServePlan, *, tp_rank: int = 0, enable_metrics: bool = False) -> None:
+        """Keep ``plan``; create the accept telemetry on the first rank of each attention group.
 
         That is TP rank 0 (the others verify the same rounds), and with data-parallel attention the
         first rank of every DP group, whose lines end with ``dp=N`` (``telemetry_placement``).
         """
         from ..telemetry import AcceptTelemetry, PrometheusMetrics
-        from .resolution import announce
 
-        self.dspark_served = served
+        self.dspark_plan = plan
         watches, dp_rank = telemetry_placement(attention_ranks(tp_rank))
         if not watches:
             self.dspark_telemetry = None
             return
-        # The startup line and manifest, once per scheduler process too: sglang 0.5.17 resolves its
-        # arguments before the launcher configures logging, so the launcher's INFO lines can be lost.
-        announce(served)
-        gamma = served.geometry.gamma
+        # The startup line and manifest in the scheduler too: sglang 0.5.17 resolves its arguments
+        # before the launcher configures logging, so the launcher's INFO lines can be lost.
+        announce(plan, write=False)
+        gamma = plan.geometry.gamma
         metrics = PrometheusMetrics(gamma) if enable_metrics else None
         self.dspark_telemetry = AcceptTelemetry.from_resolution(
-            served.resolution, gamma, metrics=metrics, dp_rank=dp_rank
+            plan.resolution, gamma, settings=plan.request.telemetry, metrics=metrics, dp_rank=dp_rank
         )
         logger.info(
             "DSPARK_HARVEST worker %s%s: harvest=%s (%s), block_size=%d, gamma=%d, verify_window=%d, "
             "harvested rows %s",
             type(self).__name__,
             "" if dp_rank is None else f" (dp {dp_rank})",
-            served.resolution.harvest.name(),
-            served.resolution.source,
-            served.geometry.block_size,
+            plan.harvest.name(),
+            plan.resolution.source,
+            plan.geometry.block_size,
             gamma,
-            served.geometry.verify_window,
-            list(served.geometry.harvested_rows),
+            plan.geometry.verify_window,
+            list(plan.geometry.harvested_rows),
         )
 
     dspark_live_mask: list[bool] | None = None
@@ -240,11 +213,7 @@ class HarvestDFlashWorker(_HarvestWorkerMixin, DFlashWorkerV2):
             super().__init__(*args, **kwargs)
 
     def _dflash_route(self, server_args: Any) -> contextlib.AbstractContextManager[None]:
-        cfg = self._dspark_harvest_init(server_args).cfg
-        architectures = architectures_of(cfg)
-        if not any(a in DSPARK_ARCHITECTURES for a in architectures):
-            return contextlib.nullcontext()
-        return dflash_draft_route(architectures, markov_rank=served_markov_rank(cfg))
+        return dflash_draft_route(self._dspark_harvest_init(server_args).architectures)
 
 
 class HarvestDSparkWorker(_HarvestWorkerMixin, DSparkWorkerV2):
@@ -259,16 +228,8 @@ class HarvestDSparkWorker(_HarvestWorkerMixin, DSparkWorkerV2):
             super().__init__(*args, **kwargs)
 
     def _dspark_route(self, server_args: Any) -> contextlib.AbstractContextManager[None]:
-        cfg = self._dspark_harvest_init(server_args).cfg
-        require_mask_token(cfg)
-        rank, head_type = served_markov_head(cfg)
-        return dspark_draft_route(
-            architectures_of(cfg),
-            markov_rank=rank,
-            mask_token_id=cfg.mask_token_id,
-            markov_head_type=head_type,
-            sample_from_anchor=self.dspark_sample_from_anchor,
-        )
+        plan = self._dspark_harvest_init(server_args)
+        return dspark_draft_route(plan.architectures, route_of(plan, self.dspark_sample_from_anchor))
 
 
 class HarvestMaskFillDSparkWorker(HarvestDSparkWorker):
@@ -286,6 +247,11 @@ _WORKERS: dict[tuple[DsparkHarvest, str], type] = {
     (DsparkHarvest.DSPARK, SHIFTED.builtin): HarvestDSparkWorker,
     (DsparkHarvest.DFLASH, MASK_FILL_DSPARK.builtin): HarvestMaskFillDSparkWorker,
 }
+
+
+def parent_worker_of(cls: type) -> type:
+    """The sglang worker class a plugin worker subclasses (``DFlashWorkerV2`` or ``DSparkWorkerV2``)."""
+    return DSparkWorkerV2 if issubclass(cls, DSparkWorkerV2) else DFlashWorkerV2
 
 
 def worker_class_for(harvest: DsparkHarvest, builtin: str | None = None) -> type:
@@ -316,12 +282,10 @@ __all__ = [
     "AttentionRanks",
     "attention_ranks",
     "telemetry_placement",
-    "served_markov_head",
-    "served_markov_rank",
-    "check_servable",
     "dflash_draft_route",
     "dspark_draft_route",
     "prepare_dspark_arm_config",
     "rank_agreement_values",
     "worker_class_for",
+    "parent_worker_of",
 ]

@@ -9,9 +9,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import GeometryError, HarvestEnvError
+from ..draft_config import Signal
+from ..errors import ArgumentTypeError, GeometryError, HarvestEnvError
+from ..geometry import MAX_GAMMA
 from ..harvest import DsparkHarvest
-from ..validation import is_int
+from ..logsafe import safe_logger
+from ..reprs import short
+from ..validation import is_int, require_type
 from .alarm import Alarm, RollingAlarm
 from .counts import CountPacker
 from .logline import RoundLineEmitter
@@ -21,7 +25,6 @@ from .settings import ACCEPT_LOGGER, TelemetrySettings
 from .stats import AcceptStats, RoundRecord
 
 if TYPE_CHECKING:
-    from ..draft_config import Signal
     from ..harvest import Resolution
 
 
@@ -48,14 +51,14 @@ class AcceptTelemetry:
         logger: logging.Logger | None = None,
         dp_rank: int | None = None,
     ) -> None:
-        _check_arguments(gamma, harvest)
+        _check_arguments(gamma, harvest, source, evidence, settings, clock, logger, dp_rank)
         self.gamma = gamma
         self.harvest = harvest.name()  # the serialized name, as every line and the summary write it
         self.source = source
         self.evidence = tuple(evidence)
         self.settings = s = settings if settings is not None else TelemetrySettings.from_env()
         self.metrics = _checked_metrics(metrics, gamma)
-        self.logger = logger if logger is not None else logging.getLogger(ACCEPT_LOGGER)
+        self.logger = logger if logger is not None else safe_logger(ACCEPT_LOGGER)
         self.dp_rank = dp_rank
         self.tag = f"{self.harvest}({source})"
         # Appended to every line: with data-parallel attention each DP group logs its own rounds.
@@ -227,18 +230,53 @@ class AcceptTelemetry:
         return describe_line(self)
 
 
-def _check_arguments(gamma: object, harvest: object) -> None:
-    if not is_int(gamma) or gamma < 1:
+def _check_arguments(gamma: object, harvest: object, *others: object) -> None:
+    """Each argument's type and range, refused by name (a wrong one would fail deep in a round)."""
+    if not is_int(gamma) or not 1 <= gamma <= MAX_GAMMA:
         raise GeometryError(
-            f"telemetry gamma={gamma!r} is not a positive integer; pass RoundGeometry.gamma "
-            "(drafts per round = n_drafts(block_size)).",
+            f"telemetry gamma={short(gamma, 60)} is not an integer in 1..{MAX_GAMMA}; pass "
+            "RoundGeometry.gamma (drafts per round = n_drafts(block_size), at most the widest block).",
             where="AcceptTelemetry(gamma=...)",
         )
     if not isinstance(harvest, DsparkHarvest):
         raise HarvestEnvError(
-            f"telemetry harvest={harvest!r} is not a DsparkHarvest; pass DsparkHarvest.DFLASH or "
+            f"telemetry harvest={short(harvest, 60)} is not a DsparkHarvest; pass DsparkHarvest.DFLASH or "
             "DsparkHarvest.DSPARK (DsparkHarvest.from_name maps a serialized name to one).",
             where="AcceptTelemetry(harvest=...)",
+        )
+    _check_types(*others)
+
+
+def _check_types(
+    source: object,
+    evidence: object,
+    settings: object,
+    clock: object,
+    logger: object,
+    dp_rank: object,
+) -> None:
+    """source, evidence, settings, clock, logger and dp_rank."""
+    require_type(source, str, "AcceptTelemetry(source=...)", "pass Resolution.source ('env', 'census', ...).")
+    require_type(evidence, (tuple, list), "AcceptTelemetry(evidence=...)", "pass Resolution.evidence.")
+    for signal in evidence:  # type: ignore[attr-defined]  # a tuple or a list, checked above
+        require_type(signal, Signal, "AcceptTelemetry(evidence=...)", "pass Resolution.evidence (Signals).")
+    if settings is not None:
+        hint = "pass a TelemetrySettings."
+        require_type(settings, TelemetrySettings, "AcceptTelemetry(settings=...)", hint)
+    if clock is not None and not callable(clock):
+        raise ArgumentTypeError(
+            f"AcceptTelemetry(clock=...) must be callable, got {type(clock).__name__}; pass e.g. "
+            "time.monotonic.",
+            where="AcceptTelemetry(clock=...)",
+        )
+    if logger is not None:
+        require_type(
+            logger, (logging.Logger, logging.LoggerAdapter), "AcceptTelemetry(logger=...)", "pass a Logger."
+        )
+    if dp_rank is not None and (not is_int(dp_rank) or dp_rank < 0):
+        raise ArgumentTypeError(
+            f"AcceptTelemetry(dp_rank={short(dp_rank, 40)}) must be None or a non-negative integer.",
+            where="AcceptTelemetry(dp_rank=...)",
         )
 
 

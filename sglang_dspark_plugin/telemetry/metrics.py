@@ -8,6 +8,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import GeometryError, SettingsError
+from ..geometry import MAX_GAMMA
+from ..reprs import short
 from ..validation import is_int
 
 if TYPE_CHECKING:
@@ -84,6 +86,12 @@ class PrometheusMetrics:
         sync_interval_s: float = 1.0,
         clock: Callable[[], float] | None = None,
     ) -> None:
+        if not is_int(gamma) or not 1 <= gamma <= MAX_GAMMA:
+            raise GeometryError(
+                f"metrics gamma={short(gamma, 60)} is not an integer in 1..{MAX_GAMMA}; pass "
+                "RoundGeometry.gamma.",
+                where="PrometheusMetrics(gamma=...)",
+            )
         try:
             import prometheus_client
         except ImportError as exc:
@@ -93,11 +101,6 @@ class PrometheusMetrics:
                 "depends on it) or run without --enable-metrics.",
                 where="prometheus_client",
             ) from exc
-        if not is_int(gamma) or gamma < 1:
-            raise GeometryError(
-                f"metrics gamma={gamma!r} is not a positive integer; pass RoundGeometry.gamma.",
-                where="PrometheusMetrics(gamma=...)",
-            )
         self.gamma = gamma
         self.sync_every = max(1, int(sync_every))
         self.sync_interval_s = float(sync_interval_s)

@@ -9,41 +9,33 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .. import settings as table
 from ..errors import SettingsError
-from ..validation import environment
+from ..validation import is_int
 
 ACCEPT_LOGGER = "sglang_dspark_plugin.accept"
 """The dedicated logger: per-round lines, summaries, the alarm and geometry errors."""
 
-ENV_LOG_LEVEL = "MEMRA_DSPARK_ACCEPT_LOG_LEVEL"
-ENV_SUMMARY_EVERY = "MEMRA_DSPARK_SUMMARY_EVERY"
-ENV_ALARM_THRESHOLD = "MEMRA_DSPARK_ALARM_THRESHOLD"
-ENV_ALARM_WARMUP = "MEMRA_DSPARK_ALARM_WARMUP"
-ENV_ALARM_WINDOW = "MEMRA_DSPARK_ALARM_WINDOW"
+ENV_LOG_LEVEL = table.ACCEPT_LOG_LEVEL.name
+ENV_SUMMARY_EVERY = table.SUMMARY_EVERY.name
+ENV_ALARM_THRESHOLD = table.ALARM_THRESHOLD.name
+ENV_ALARM_WARMUP = table.ALARM_WARMUP.name
+ENV_ALARM_WINDOW = table.ALARM_WINDOW.name
 
 # Per-round lines at INFO: sglang's default log level shows them, and DEBUG/OFF hide them cheaply.
-DEFAULT_LOG_LEVEL = logging.INFO
+DEFAULT_LOG_LEVEL: int = table.ACCEPT_LOG_LEVEL.default
 # Every 100 rounds: a few seconds of serving, about 2.5x sglang's own decode-log interval (40).
-DEFAULT_SUMMARY_EVERY = 100
+DEFAULT_SUMMARY_EVERY: int = table.SUMMARY_EVERY.default
 # A matched drafter gives 2.5-4 (the lowest matched value measured: 2.41); a mismatched harvest gives
 # 1.0-1.5 (1.06, ~1.1, 1.38, 1.43, 1.53 measured). 1.6 sits above every collapse and well below health.
-DEFAULT_ALARM_THRESHOLD = 1.6
+DEFAULT_ALARM_THRESHOLD: float = table.ALARM_THRESHOLD.default
 # The first rounds (cold caches, CUDA-graph capture, short prompts) say little about the drafter.
-DEFAULT_ALARM_WARMUP = 100
+DEFAULT_ALARM_WARMUP: int = table.ALARM_WARMUP.default
 # 500 rounds: enough request-rounds for a stable mean, and at most one WARNING every ~5-15 s of decoding.
-DEFAULT_ALARM_WINDOW = 500
+DEFAULT_ALARM_WINDOW: int = table.ALARM_WINDOW.default
 # Bounded memory: the last 1024 round records (a few hundred KB at batch 64).
 DEFAULT_RECORD_CAPACITY = 1024
-
-_LEVEL_NAMES = {
-    "DEBUG": logging.DEBUG,
-    "INFO": logging.INFO,
-    "WARNING": logging.WARNING,
-    "WARN": logging.WARNING,
-    "ERROR": logging.ERROR,
-    "CRITICAL": logging.CRITICAL,
-}
-_OFF_NAMES = ("OFF", "NONE")
+MAX_RECORD_CAPACITY = 1 << 20
 
 
 def level_name(level: int | None) -> str:
@@ -53,55 +45,12 @@ def level_name(level: int | None) -> str:
 
 def parse_log_level(raw: str, var: str = ENV_LOG_LEVEL) -> int | None:
     """Parse a per-round log level: a level name, a number 1..50, or ``OFF`` (returns ``None``)."""
-    text = raw.strip().upper()
-    if text in _OFF_NAMES:
-        return None
-    if text in _LEVEL_NAMES:
-        return _LEVEL_NAMES[text]
-    if text.isdigit() and 1 <= int(text) <= 50:
-        return int(text)
-    raise SettingsError(
-        f"{var}={raw!r} is not a log level; accepted values: DEBUG, INFO, WARNING, ERROR, CRITICAL, "
-        f"OFF (case-insensitive) or a number 1..50; unset it for the default "
-        f"({level_name(DEFAULT_LOG_LEVEL)}).",
-        where=var,
-    )
+    level: int | None = table.BY_NAME[var].parse(raw)
+    return level
 
 
-def _parse_int(raw: str, var: str, minimum: int, default: int, off_means: int | None = None) -> int:
-    text = raw.strip()
-    if off_means is not None and text.upper() in _OFF_NAMES:
-        return off_means
-    try:
-        value = int(text)
-    except ValueError:
-        value = None
-    if value is None or value < minimum:
-        off = f", or OFF (= {off_means})" if off_means is not None else ""
-        raise SettingsError(
-            f"{var}={raw!r} is not an integer >= {minimum}; accepted values: an integer >= {minimum}"
-            f"{off}; unset it for the default ({default}).",
-            where=var,
-        )
-    return value
-
-
-def _parse_threshold(raw: str, var: str = ENV_ALARM_THRESHOLD) -> float:
-    text = raw.strip()
-    if text.upper() in _OFF_NAMES:
-        return 0.0
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise SettingsError(
-            f"{var}={raw!r} is not a mean accept length; accepted values: a number >= 0 (for example "
-            f"1.6; accept lengths run from 1.0 to gamma+1), or 0 / OFF to disable the alarm; unset it "
-            f"for the default ({DEFAULT_ALARM_THRESHOLD}).",
-            where=var,
-        )
-    return value
+def _int_field(value: object, low: int, high: int) -> bool:
+    return is_int(value) and low <= value <= high
 
 
 @dataclass(frozen=True)
@@ -116,26 +65,35 @@ class TelemetrySettings:
     record_capacity: int = DEFAULT_RECORD_CAPACITY  # round records kept (a ring buffer)
 
     def __post_init__(self) -> None:
+        threshold = self.alarm_threshold
         checks = (
             (
                 "accept_log_level",
-                self.accept_log_level is None or 1 <= self.accept_log_level <= 50,
+                self.accept_log_level is None or _int_field(self.accept_log_level, 1, 50),
                 "a logging level 1..50 or None (OFF)",
             ),
-            ("summary_every", self.summary_every >= 0, "an integer >= 0 (0 = no summary)"),
+            ("summary_every", _int_field(self.summary_every, 0, 10**9), "an integer 0..10**9 (0 = none)"),
             (
                 "alarm_threshold",
-                math.isfinite(self.alarm_threshold) and self.alarm_threshold >= 0,
-                "a number >= 0 (0 = no alarm)",
+                isinstance(threshold, (int, float))
+                and not isinstance(threshold, bool)
+                and math.isfinite(threshold)
+                and 0 <= threshold <= 1025,
+                "a number 0..1025 (0 = no alarm)",
             ),
-            ("alarm_warmup", self.alarm_warmup >= 0, "an integer >= 0"),
-            ("alarm_window", self.alarm_window >= 1, "an integer >= 1"),
-            ("record_capacity", self.record_capacity >= 1, "an integer >= 1"),
+            ("alarm_warmup", _int_field(self.alarm_warmup, 0, 10**9), "an integer 0..10**9"),
+            ("alarm_window", _int_field(self.alarm_window, 1, 100_000), "an integer 1..100000"),
+            (
+                "record_capacity",
+                _int_field(self.record_capacity, 1, MAX_RECORD_CAPACITY),
+                f"an integer 1..{MAX_RECORD_CAPACITY}",
+            ),
         )
         for name, ok, expected in checks:
             if not ok:
                 raise SettingsError(
-                    f"TelemetrySettings.{name}={getattr(self, name)!r} is out of range; expected {expected}.",
+                    f"TelemetrySettings.{name}={getattr(self, name)!r:.60} is out of range or of the wrong "
+                    f"type; expected {expected}.",
                     where=f"TelemetrySettings.{name}",
                 )
 
@@ -146,21 +104,14 @@ class TelemetrySettings:
         A bad value is refused with a ``SettingsError`` naming the variable, the value and the
         accepted values, never silently replaced by a default.
         """
-        env = environment(environ)
-        kwargs: dict[str, Any] = {}
-        if (raw := env.get(ENV_LOG_LEVEL)) is not None:
-            kwargs["accept_log_level"] = parse_log_level(raw)
-        if (raw := env.get(ENV_SUMMARY_EVERY)) is not None:
-            kwargs["summary_every"] = _parse_int(
-                raw, ENV_SUMMARY_EVERY, 0, DEFAULT_SUMMARY_EVERY, off_means=0
-            )
-        if (raw := env.get(ENV_ALARM_THRESHOLD)) is not None:
-            kwargs["alarm_threshold"] = _parse_threshold(raw)
-        if (raw := env.get(ENV_ALARM_WARMUP)) is not None:
-            kwargs["alarm_warmup"] = _parse_int(raw, ENV_ALARM_WARMUP, 0, DEFAULT_ALARM_WARMUP)
-        if (raw := env.get(ENV_ALARM_WINDOW)) is not None:
-            kwargs["alarm_window"] = _parse_int(raw, ENV_ALARM_WINDOW, 1, DEFAULT_ALARM_WINDOW)
-        return cls(**kwargs)
+        names = {
+            "accept_log_level": ENV_LOG_LEVEL,
+            "summary_every": ENV_SUMMARY_EVERY,
+            "alarm_threshold": ENV_ALARM_THRESHOLD,
+            "alarm_warmup": ENV_ALARM_WARMUP,
+            "alarm_window": ENV_ALARM_WINDOW,
+        }
+        return cls(**{field: table.read_setting(name, environ) for field, name in names.items()})
 
     def to_json(self) -> dict[str, Any]:
         """JSON-able form (the level by name)."""

@@ -2,8 +2,8 @@
 
 ``DSPARK_EXPECT_SGLANG`` (set by scripts/test.sh) names the version this run must exercise.
 Each test starts from a clean plugin state: sglang's spec registry and its ``_plugins_loaded`` guard
-are snapshotted and restored, the plugin's per-process resolution cache is cleared, and
-``MEMRA_DSPARK_HARVEST`` / ``MEMRA_DSPARK_MANIFEST`` are unset.
+are snapshotted and restored, and ``MEMRA_DSPARK_HARVEST`` / ``MEMRA_DSPARK_MANIFEST`` are unset (the
+plugin itself keeps no per-process state between launches).
 """
 
 from __future__ import annotations
@@ -35,8 +35,6 @@ if _EXPECTED and sglang.__version__ != _EXPECTED:
     )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/checkpoints.py
-
-from sglang_dspark_plugin.sglang_plugin import resolution  # noqa: E402
 
 PLUGIN_LOGGER = "sglang_dspark_plugin"
 
@@ -87,18 +85,15 @@ def sglang_plugins_loaded() -> None:
 
 @pytest.fixture(autouse=True)
 def clean_plugin_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Snapshot/restore sglang's registry and plugin guard; clear our cache and env."""
+    """Snapshot/restore sglang's registry and plugin guard; unset the user's settings."""
     registry = dict(spec_registry._REGISTRY)
     loaded = sglang_plugins._plugins_loaded
     monkeypatch.delenv("MEMRA_DSPARK_HARVEST", raising=False)
     monkeypatch.delenv("MEMRA_DSPARK_MANIFEST", raising=False)
-    monkeypatch.delenv("MEMRA_DSPARK_SERVED", raising=False)
-    resolution.clear_cache()
     yield
     spec_registry._REGISTRY.clear()
     spec_registry._REGISTRY.update(registry)
     sglang_plugins._plugins_loaded = loaded
-    resolution.clear_cache()
 
 
 class PluginLog(logging.Handler):

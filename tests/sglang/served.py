@@ -33,7 +33,11 @@ CPU_ENGINE_ARGS: dict[str, Any] = {
     "speculative_draft_attention_backend": "torch_native",
     "disable_cuda_graph": True,
     "dtype": "float32",
-    "mem_fraction_static": 0.05,
+    # On CPU sglang sizes its budget from the host's free memory, measured at start: 0.05 of 24 GB left
+    # too little margin when another process allocated meanwhile ("Loaded weights leave no GPU memory
+    # for the KV cache ... minimum viable 0.0576"). The KV pool itself is fixed by max_total_tokens, so
+    # a generous fraction costs nothing and leaves room to spare.
+    "mem_fraction_static": 0.3,
     "max_total_tokens": 4096,
     "max_running_requests": 8,
     "log_level": "info",

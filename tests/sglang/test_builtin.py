@@ -3,12 +3,18 @@
 The rewrite happens at the start of argument resolution, so every check and feature sglang keys on
 the name DFLASH / DSPARK applies to ``DSPARK_HARVEST`` exactly as to that builtin: the same flags give
 the same resolved arguments or the same refusal. A plain DFLASH / DSPARK launch keeps sglang's own
-worker; a server whose marker is lost still gets the plugin's worker (environment marker) or a refusal.
+worker. The plan rides on the server args, never on the process environment: a later plain launch in
+the same process resolves exactly as in a fresh one.
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import os
+import pickle
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,7 +27,9 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 from sglang_dspark_plugin.embedded import EMBEDDED
 from sglang_dspark_plugin.errors import GeometryError
+from sglang_dspark_plugin.serving import ServePlan, ServeRefusal
 from sglang_dspark_plugin.sglang_plugin import builtin, register
+from sglang_dspark_plugin.sglang_plugin.resolution import PLAN_ATTR, plan_of
 from sglang_dspark_plugin.sglang_plugin.workers import HarvestDFlashWorker, HarvestDSparkWorker
 
 IS_0523 = tuple(int(x) for x in sglang.__version__.split(".")[:3]) >= (0, 5, 23)
@@ -68,13 +76,22 @@ def outcome(target: Path, algorithm: str, draft: Path, *extra: str):
     return ("resolved", {n: getattr(view, n, "<unset>") for n in _fields() if n != "random_seed"})
 
 
+def _ours(environ) -> dict[str, str]:
+    """The process environment's MEMRA_DSPARK_* variables (sglang sets SGLANG_* ones of its own)."""
+    return {k: v for k, v in environ.items() if k.startswith("MEMRA_DSPARK_")}
+
+
 @pytest.mark.parametrize("builtin_name", ("DFLASH", "DSPARK"))
-def test_plugin_resolves_to_the_builtin_with_a_marker(builtin_name) -> None:
+def test_plugin_resolves_to_the_builtin_with_a_plan_on_the_server_args(builtin_name) -> None:
+    before = _ours(os.environ)
     record, view = resolve(TARGET, "DSPARK_HARVEST", DRAFT[builtin_name])
     assert view.speculative_algorithm == builtin_name
-    marker = getattr(record, builtin.MARKER_ATTR)
-    assert marker["builtin"] == builtin_name and marker["draft"] == str(DRAFT[builtin_name])
-    assert json.loads(__import__("os").environ[builtin.MARKER_ENV]) == marker  # for spawned processes
+    plan = getattr(record, PLAN_ATTR)
+    assert isinstance(plan, ServePlan)
+    assert plan.builtin == builtin_name and plan.draft == str(DRAFT[builtin_name])
+    assert _ours(os.environ) == before  # nothing the plugin sets outlives the launch
+    for carried in (pickle.loads(pickle.dumps(record)), copy.deepcopy(record)):  # spawn, draft deepcopy
+        assert plan_of(carried) == plan
     cls = SpeculativeAlgorithm[builtin_name].create_worker(record)
     assert cls is (HarvestDFlashWorker if builtin_name == "DFLASH" else HarvestDSparkWorker)
     if IS_0523:
@@ -85,7 +102,7 @@ def test_plugin_resolves_to_the_builtin_with_a_marker(builtin_name) -> None:
 def test_a_plain_builtin_launch_is_untouched(builtin_name) -> None:
     record, view = resolve(TARGET, builtin_name, DRAFT[builtin_name])
     assert view.speculative_algorithm == builtin_name
-    assert getattr(record, builtin.MARKER_ATTR, None) is None
+    assert plan_of(record) is None
     cls = SpeculativeAlgorithm[builtin_name].create_worker(record)
     assert cls is (DFlashWorkerV2 if builtin_name == "DFLASH" else DSparkWorkerV2)  # sglang's own
 
@@ -135,7 +152,6 @@ def test_every_name_keyed_check_applies_as_to_the_builtin(
             resolve(TARGET, "DSPARK_HARVEST", DRAFT[builtin_name], *flags)
         return
     want = outcome(TARGET, builtin_name, DRAFT[builtin_name], *flags)
-    monkeypatch.delenv(builtin.MARKER_ENV, raising=False)
     got = outcome(TARGET, "DSPARK_HARVEST", DRAFT[builtin_name], *flags)
     assert got[0] == want[0], (case, got, want)
     if got[0] == "refused":
@@ -145,50 +161,125 @@ def test_every_name_keyed_check_applies_as_to_the_builtin(
     assert not differs, (case, differs)
 
 
-def test_a_lost_marker_falls_back_to_the_environment_or_sglangs_worker(monkeypatch) -> None:
-    marker = {"harvest": "dspark", "builtin": "DSPARK", "draft": "/d", "checkpoint": "/d", "verify_window": 9}
-    monkeypatch.setenv(builtin.MARKER_ENV, json.dumps(marker))
-    lost = SimpleNamespace(speculative_draft_model_path="/d", speculative_algorithm="DSPARK")
-    assert builtin.marker_of(lost) == marker
-    assert (
-        builtin.worker_after_create(DSparkWorkerV2, SpeculativeAlgorithm.DSPARK, lost) is HarvestDSparkWorker
-    )
-    other = SimpleNamespace(speculative_draft_model_path="/other", speculative_algorithm="DSPARK")
-    assert builtin.worker_after_create(DSparkWorkerV2, SpeculativeAlgorithm.DSPARK, other) is None
+def _plan(builtin_name: str) -> ServePlan:
+    record, _ = resolve(TARGET, "DSPARK_HARVEST", DRAFT[builtin_name])
+    return getattr(record, PLAN_ATTR)
 
 
-def test_a_marker_that_contradicts_the_builtin_refuses(monkeypatch) -> None:
-    marker = {"harvest": "dflash", "builtin": "DFLASH", "draft": "/d", "checkpoint": "/d", "verify_window": 8}
-    monkeypatch.setenv(builtin.MARKER_ENV, json.dumps(marker))
-    args = SimpleNamespace(speculative_draft_model_path="/d", speculative_algorithm="DSPARK")
+def test_server_args_that_lost_the_plan_refuse_where_the_user_asked_for_the_plugin() -> None:
+    lost = SimpleNamespace(speculative_draft_model_path="/d", speculative_algorithm="DSPARK_HARVEST")
+    with pytest.raises(ServeRefusal, match="no serving plan"):
+        builtin.worker_after_create(DSparkWorkerV2, SpeculativeAlgorithm.DSPARK, lost)
+    if IS_0523:  # sglang keeps what the user passed: a rebuilt record still says DSPARK_HARVEST
+        rebuilt = SimpleNamespace(
+            speculative_draft_model_path="/d",
+            speculative_algorithm="DSPARK",
+            _raw_input={"speculative_algorithm": "DSPARK_HARVEST"},
+        )
+        with pytest.raises(ServeRefusal, match="no serving plan"):
+            builtin.worker_after_create(DSparkWorkerV2, SpeculativeAlgorithm.DSPARK, rebuilt)
+    plain = SimpleNamespace(speculative_draft_model_path="/d", speculative_algorithm="DSPARK")
+    assert builtin.worker_after_create(DSparkWorkerV2, SpeculativeAlgorithm.DSPARK, plain) is None
+
+
+def test_a_plan_that_contradicts_the_builtin_refuses() -> None:
+    args = SimpleNamespace(speculative_algorithm="DSPARK", **{PLAN_ATTR: _plan("DFLASH")})
     with pytest.raises(GeometryError, match="DSPARK worker"):
         builtin.worker_after_create(DSparkWorkerV2, SpeculativeAlgorithm.DSPARK, args)
 
 
-def test_the_worker_refuses_a_builtin_that_contradicts_the_census(monkeypatch) -> None:
-    """A dflash drafter served while sglang runs DSPARK (e.g. a process with another env) never serves."""
+def test_a_platform_worker_sglang_chose_is_kept(plugin_log) -> None:
+    """sglang returns an out-of-tree platform's worker first: the plugin never replaces it."""
+
+    class PlatformWorker:
+        pass
+
+    args = SimpleNamespace(speculative_algorithm="DSPARK", **{PLAN_ATTR: _plan("DSPARK")})
+    assert builtin.worker_after_create(PlatformWorker, SpeculativeAlgorithm.DSPARK, args) is None
+    assert (
+        builtin.worker_after_create(DSparkWorkerV2, SpeculativeAlgorithm.DSPARK, args) is HarvestDSparkWorker
+    )
+
+
+def test_the_worker_refuses_a_builtin_that_contradicts_the_plan(monkeypatch) -> None:
+    """A dflash plan served while sglang runs DSPARK (a rebuilt record, say) never serves."""
     from sglang_dspark_plugin.sglang_plugin import workers
 
     monkeypatch.setattr(workers, "_tp_cpu_group", lambda: (None, 0))
     args = SimpleNamespace(
-        speculative_algorithm="DSPARK",
-        speculative_draft_model_path=str(DRAFT["DFLASH"]),
-        model_path=str(TARGET),
-        speculative_dflash_block_size=None,
-        speculative_dspark_block_size=None,
-        enable_metrics=False,
+        speculative_algorithm="DSPARK", enable_metrics=False, **{PLAN_ATTR: _plan("DFLASH")}
     )
     worker = HarvestDFlashWorker.__new__(HarvestDFlashWorker)
     with pytest.raises(GeometryError, match="runs this server as DSPARK"):
         worker._dspark_harvest_init(args)
+    no_plan = SimpleNamespace(speculative_algorithm="DFLASH", enable_metrics=False)
+    with pytest.raises(ServeRefusal, match="no serving plan"):
+        worker._dspark_harvest_init(no_plan)
 
 
-def test_the_fallback_route_serves_with_a_warning(monkeypatch, plugin_log) -> None:
-    """Where the early rewrite cannot fire, the registered DSPARK_HARVEST algorithm still resolves."""
-    import logging
-
+def test_where_the_early_rewrite_cannot_fire_the_registered_algorithm_refuses(monkeypatch) -> None:
+    """One route: no second serving mechanism; the refusal says how to launch."""
     monkeypatch.setattr(builtin, "rewrite_to_builtin", lambda server_args: None)
-    record, view = resolve(TARGET, "DSPARK_HARVEST", DRAFT["DFLASH"])
-    assert view.speculative_algorithm == "DSPARK_HARVEST"
-    assert view.speculative_num_draft_tokens == 8
-    assert any("early rewrite to sglang's builtin did not run" in m for m in plugin_log.at(logging.WARNING))
+    with pytest.raises(ValueError, match="load_plugins"):
+        resolve(TARGET, "DSPARK_HARVEST", DRAFT["DFLASH"])
+
+
+# ------------------------------------------------------------------ one process, several launches
+
+SEQUENCE = [
+    ("DFLASH", "drafter-dflash", ()),
+    ("DSPARK", "drafter-dspark", ()),
+    ("DSPARK", "drafter-dspark-markov", ()),
+    ("DSPARK", "drafter-dspark-markov", ("--speculative-dspark-block-size", "4")),
+]
+"""Plain launches after a ``DSPARK_HARVEST`` one, on the same drafts (the audit's leak)."""
+
+_SEQUENCE_SCRIPT = r"""
+import json, sys
+from sglang.srt import plugins
+plugins.load_plugins()
+sys.path.insert(0, sys.argv[1])
+import test_builtin as t
+print("RESULT " + json.dumps(t.launch_summary(*json.loads(sys.argv[2])), sort_keys=True, default=str))
+"""
+
+
+def launch_summary(algorithm: str, drafter: str, flags: list[str]) -> dict:
+    """Every resolved field (or the refusal) and the worker class sglang's factory returns."""
+    draft = EMBEDDED.root / drafter
+    result = outcome(TARGET, algorithm, draft, *flags)
+    summary: dict = {"outcome": result[0], "fields": result[1] if result[0] == "resolved" else result[1:]}
+    if result[0] == "resolved":
+        record, view = resolve(TARGET, algorithm, draft, *flags)
+        summary["plan"] = plan_of(record) is not None
+        cls = SpeculativeAlgorithm[str(view.speculative_algorithm)].create_worker(record)
+        summary["worker"] = f"{cls.__module__}.{cls.__qualname__}"
+    return summary
+
+
+def test_a_plugin_launch_leaves_no_state_for_later_plain_launches_in_the_process() -> None:
+    register()
+    for drafter in sorted({d for _, d, _ in SEQUENCE}):  # the plugin's launches first, on the same drafts
+        record, _ = resolve(TARGET, "DSPARK_HARVEST", EMBEDDED.root / drafter)
+        assert plan_of(record) is not None
+    here = [launch_summary(a, d, list(f)) for a, d, f in SEQUENCE]
+    for (algorithm, drafter, flags), got in zip(SEQUENCE, here, strict=True):
+        fresh = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                _SEQUENCE_SCRIPT,
+                str(Path(__file__).parent),
+                json.dumps([algorithm, drafter, list(flags)]),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={k: v for k, v in os.environ.items() if not k.startswith("MEMRA_DSPARK_")},
+        )
+        lines = [line for line in fresh.stdout.splitlines() if line.startswith("RESULT ")]
+        assert lines, fresh.stderr[-3000:]
+        want = json.loads(lines[-1][len("RESULT ") :])
+        assert json.loads(json.dumps(got, sort_keys=True, default=str)) == want, (algorithm, flags)
+        assert got["outcome"] == "resolved" and got["plan"] is False
+        assert got["worker"].split(".")[-1] in ("DFlashWorkerV2", "DSparkWorkerV2")  # sglang's own

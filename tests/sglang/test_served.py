@@ -138,7 +138,7 @@ def assert_checks(checks: list[sc.Check]) -> None:
 @pytest.mark.parametrize("name", [c.name for c in CASES if c.kind == "identical"])
 def test_plugin_arm_serves_exactly_as_the_builtin(name, served, greedy):
     builtin, plugin = (served(r) for r in case(name).runs)
-    assert_checks(sc.check_identical(builtin, plugin, greedy))
+    assert_checks(sc.check_identical(builtin, plugin, greedy, case(name).window))
 
 
 @pytest.mark.parametrize("run_name", REFERENCE_RUNS)

@@ -27,7 +27,6 @@ from sglang_dspark_plugin.errors import (
     HarvestEnvError,
     InvalidCheckpointError,
 )
-from sglang_dspark_plugin.sglang_plugin import builtin as builtin_mod
 from sglang_dspark_plugin.sglang_plugin import register, resolution
 
 IS_0523 = tuple(int(x) for x in sglang.__version__.split(".")[:3]) >= (0, 5, 23)
@@ -171,14 +170,15 @@ def test_every_fixture_and_env(
     width = expected_verify_window(b, detail)
     builtin = builtin_for(name, detail)
     assert view.speculative_algorithm == builtin  # served as the builtin it resolves to
-    assert getattr(record, builtin_mod.MARKER_ATTR)["harvest"] == detail
+    assert resolution.plan_of(record).harvest.name() == detail
     assert view.speculative_num_draft_tokens == width
     assert view.speculative_num_steps == 1
     assert view.speculative_eagle_topk == 1
-    assert getattr(record, builtin_mod.MARKER_ATTR)["block_size"] == b
+    assert resolution.plan_of(record).geometry.block_size == b
     if IS_0523:
         assert record.speculative_num_draft_tokens is None  # declared through the stand-in, raw untouched
-    served = resolution.served(record)
+    served = resolution.plan_of(record)
+    assert served is not None
     assert served.resolution.harvest.name() == detail
     assert served.resolution.source == ("env" if env is not None else fx.expect_source)
     assert served.geometry.verify_window == width
@@ -231,17 +231,37 @@ def test_num_draft_tokens_flag(arm: str, target_dir: Path, checkpoint_dir: Path,
     right = expected_verify_window(b, arm)
     _, view = resolve(target_dir, draft, "--speculative-num-draft-tokens", str(right))
     assert view.speculative_num_draft_tokens == right
-    # the other convention's width: exactly the silent-collapse mistake
-    wrong = expected_verify_window(b, "dspark" if arm == "dflash" else "dflash")
+    # a wider window verifies drafts from rows never trained: exactly the silent-collapse mistake
+    wrong = right + 1
     with pytest.raises(GeometryError) as info:
         resolve(target_dir, draft, "--speculative-num-draft-tokens", str(wrong))
     msg = str(info.value)
     assert isinstance(info.value, ValueError)
-    assert f"--speculative-num-draft-tokens {wrong}" in msg
-    assert f"must be {right}" in msg
+    assert f"--speculative-num-draft-tokens {wrong}" in msg and "wider" in msg
+    assert f"the widest: --speculative-num-draft-tokens {right}" in msg
     assert f"block_size {b}" in msg and arm in msg
     assert "silent collapse" in msg
     assert str(draft) in msg
+
+
+@pytest.mark.parametrize("arm", ("dflash", "dspark"))
+def test_a_narrower_window_is_served_as_the_builtin_serves_it(
+    arm: str, target_dir: Path, checkpoint_dir: Path, monkeypatch
+) -> None:
+    """Fewer drafts from the same aligned rows (high batch sizes want it): served; the plan, the
+    telemetry's gamma and sglang's resolved window all say the served width."""
+    name = "specforge_dflash"
+    b = FIXTURES[name].block_size
+    draft = write_checkpoint(checkpoint_dir, name)
+    monkeypatch.setenv("MEMRA_DSPARK_HARVEST", arm)
+    narrower = expected_verify_window(b, arm) - 1
+    record, view = resolve(target_dir, draft, "--speculative-num-draft-tokens", str(narrower))
+    plan = resolution.plan_of(record)
+    assert view.speculative_num_draft_tokens == narrower == plan.geometry.verify_window
+    assert plan.narrowed and plan.trained_block_size == b and plan.manifest["trained_block_size"] == b
+    assert plan.geometry.gamma == narrower - 1
+    if arm == "dspark":  # DSPARK takes its gamma from its block-size flag: the plan declares it
+        assert view.speculative_dspark_block_size == plan.geometry.gamma
 
 
 @pytest.mark.parametrize("flag", ("--speculative-dflash-block-size", "--speculative-dspark-block-size"))
@@ -256,7 +276,7 @@ def test_block_size_flags(flag: str, arm: str, target_dir: Path, checkpoint_dir:
     with pytest.raises(GeometryError) as info:
         resolve(target_dir, draft, flag, str(b + 1))
     msg = str(info.value)
-    assert f"{flag} {b + 1}" in msg and f"must be {b}" in msg and "silent collapse" in msg
+    assert f"{flag} {b + 1}" in msg and "wider" in msg and "silent collapse" in msg
 
 
 @pytest.mark.parametrize("mode", ("prefill", "decode"))
@@ -302,8 +322,8 @@ def test_manifest_and_startup_log(
     assert sum("geometry manifest:" in m for m in infos) == 1
     warnings = plugin_log.at(logging.WARNING)
     assert len([w for w in warnings if "contradicts the checkpoint census" in w]) == 1
-    resolve(target_dir, draft)  # same process, same checkpoint: announced once
-    assert sum("geometry manifest:" in m for m in plugin_log.at(logging.INFO)) == 1
+    resolve(target_dir, draft)  # a second launch in the same process announces its own plan
+    assert sum("geometry manifest:" in m for m in plugin_log.at(logging.INFO)) == 2
 
 
 def test_unwritable_manifest_path_is_refused(target_dir: Path, checkpoint_dir: Path, tmp_path, monkeypatch):
@@ -358,22 +378,23 @@ def test_steps_and_topk_are_overridden_with_a_warning(
     assert len(warnings) == 1 and "overriding 3 to 1" in warnings[0]
 
 
-def test_served_accepts_the_record_and_the_recording_stand_in(target_dir: Path, checkpoint_dir: Path) -> None:
+def test_the_plan_is_read_through_the_record_and_the_recording_stand_in(
+    target_dir: Path, checkpoint_dir: Path
+) -> None:
     record, _ = resolve(target_dir, write_checkpoint(checkpoint_dir, "specforge_dspark"))
-    first = resolution.served(record)
+    first = resolution.plan_of(record)
+    assert first is not None
     assert resolution.unwrap_record(record) is record
+    assert resolution.launch_request(record, {}).draft == first.request.draft
     if IS_0523:
         from sglang.srt.arg_groups.overrides import _ForeignDefaults
 
         stand_in = _ForeignDefaults(record)  # what 0.5.23 hands a plugin's handle_server_args
         assert resolution.unwrap_record(stand_in) is record
-        assert resolution.served(stand_in) is first
+        assert resolution.plan_of(stand_in) is first
         assert resolution.read_arg(stand_in, "speculative_num_draft_tokens") == first.geometry.verify_window
     else:
         assert record.speculative_num_draft_tokens == first.geometry.verify_window  # 0.5.17: set in place
-    resolution.clear_cache()
-    again = resolution.served(record)
-    assert again is not first and again.geometry == first.geometry
 
 
 @pytest.mark.parametrize("layers", (7, 8))

@@ -24,7 +24,8 @@ from test_server_args import IS_0523, resolve
 from transformers import PretrainedConfig
 
 from sglang_dspark_plugin.errors import InvalidCheckpointError, MissingBlockSizeError
-from sglang_dspark_plugin.sglang_plugin import builtin, register, resolution, workers
+from sglang_dspark_plugin.serving import make_plan
+from sglang_dspark_plugin.sglang_plugin import register, resolution, workers
 
 SPECFORGE = FIXTURES["specforge_dspark"]
 PLAIN = FIXTURES["dspark_markov_rank0"]
@@ -64,10 +65,11 @@ def test_a_markov_head_only_the_tensors_declare_is_served_at_its_rank(
     draft = write_checkpoint(tmp_path, fx)
 
     record, view = resolve(target_dir, draft)
-    served = resolution.served(record)
+    served = resolution.plan_of(record)
     assert served.cfg.markov_rank is None  # config.json says nothing
     assert served.resolution.harvest.name() == "dspark" and view.speculative_num_draft_tokens == 8
-    assert workers.served_markov_head(served.cfg) == (rank, head_type)
+    assert served.served_markov_head == (rank, head_type)
+    assert served.cfg.markov_head.declared_by == "tensors"
     # What the draft model's config becomes inside the route: the real head, not the zero one.
     config = PretrainedConfig(**fx.config)
     zero_head = workers.prepare_dspark_arm_config(
@@ -78,7 +80,6 @@ def test_a_markov_head_only_the_tensors_declare_is_served_at_its_rank(
 
     # Mask-fill (forced dflash): DFLASH would drop the head. 0.5.23 serves it as DSPARK with
     # sample_from_anchor=false (b-1 drafts, window b); 0.5.17 has no such layout: refused at argument time.
-    resolution.clear_cache()
     monkeypatch.setenv("MEMRA_DSPARK_HARVEST", "dflash")
     if not IS_0523:
         with pytest.raises(ValueError, match=f"rank-{rank} Markov head") as info:
@@ -88,7 +89,9 @@ def test_a_markov_head_only_the_tensors_declare_is_served_at_its_rank(
     record, view = resolve(target_dir, draft)
     assert view.speculative_algorithm == "DSPARK" and view.speculative_num_draft_tokens == 7
     assert view.speculative_dspark_block_size == 6  # DSPARK's gamma: the b-1 rows trained
-    assert getattr(record, builtin.MARKER_ATTR)["sample_from_anchor"] is False
+    plan = resolution.plan_of(record)
+    assert plan.layout.sample_from_anchor is False
+    assert plan.served_markov_head == (rank, head_type)  # what the parse hook reports to sglang
 
 
 def test_a_markov_head_of_no_known_type_is_refused_at_argument_time(target_dir: Path, tmp_path: Path) -> None:
@@ -136,7 +139,7 @@ def test_a_config_without_block_size_takes_it_from_the_flag(
 ) -> None:
     draft = write_checkpoint(tmp_path, _no_block_size(f"{base}_no_block", FIXTURES[base]))
     record, view = resolve(target_dir, draft, flag, "8")
-    served = resolution.served(record)
+    served = resolution.plan_of(record)
     assert served.cfg.block_size is None
     assert (served.geometry.harvest.name(), served.geometry.block_size) == (arm, 8)
     assert view.speculative_num_draft_tokens == window
@@ -156,7 +159,7 @@ def test_a_config_without_block_size_and_no_flag_is_refused_naming_the_flag(
     assert info.value.where == "--speculative-dflash-block-size"
     assert "pass --speculative-dflash-block-size B" in info.value.message
     with pytest.raises(InvalidCheckpointError, match="is not a block size"):
-        resolution.served(_args(draft, target_dir, speculative_dflash_block_size="eight"))
+        _plan(_args(draft, target_dir, speculative_dflash_block_size="eight"))
 
 
 # -- data-parallel attention: one telemetry per DP group ---------------------------------------------------
@@ -209,8 +212,13 @@ def test_every_attention_dp_group_keeps_one_telemetry_tagged_with_its_dp_rank(
         assert watchers == {0: None}
 
 
+def _plan(args: object):
+    """The serving plan of these server args on this sglang (what the rewrite makes)."""
+    return make_plan(resolution.launch_request(args, {}), resolution.sglang_support())
+
+
 def _args(draft: Path, target: Path, **flags: object) -> object:
-    """A stand-in for sglang's server args: the fields ``resolution.served`` reads."""
+    """A stand-in for sglang's server args: the fields ``resolution.launch_request`` reads."""
     fields = {"speculative_dflash_block_size": None, "speculative_dspark_block_size": None, **flags}
     fields.update(speculative_draft_model_path=str(draft), model_path=str(target))
     return type("Args", (), fields)()
@@ -220,7 +228,7 @@ def test_the_worker_keeps_the_telemetry_on_its_dp_groups_first_rank(target_dir: 
     # No published topology (a CPU test): the TP rank alone decides, as before data-parallel attention.
     assert workers.telemetry_placement(workers.attention_ranks(0)) == (True, None)
     assert workers.telemetry_placement(workers.attention_ranks(3)) == (False, None)
-    served = resolution.served(_args(write_checkpoint(tmp_path, PLAIN), target_dir))
+    served = _plan(_args(write_checkpoint(tmp_path, PLAIN), target_dir))
     worker = object.__new__(workers.HarvestDSparkWorker)
     topology = dict(tp_size=4, attn_tp_size=2, attn_dp_size=2, attn_cp_size=1, attn_cp_rank=0)
     with get_parallel().override(tp_rank=2, attn_tp_rank=0, attn_dp_rank=1, **topology):

@@ -18,7 +18,11 @@ from types import SimpleNamespace
 import pytest
 import sglang
 import torch
-from checkpoints import FIXTURES, write_checkpoint  # tests/ is on sys.path (tests/sglang/conftest.py)
+from checkpoints import (
+    FIXTURES,
+    Fixture,
+    write_checkpoint,
+)  # tests/ is on sys.path (tests/sglang/conftest.py)
 from sglang.srt.models.dspark import DSparkDraftModel, VanillaMarkov, build_markov_head
 from sglang.srt.speculative.base_spec_worker import BaseSpecWorker
 from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2, _DflashDraftSampler
@@ -31,10 +35,14 @@ from sglang.srt.speculative.dspark_components.dspark_worker_v2 import DSparkWork
 from transformers import PretrainedConfig
 
 from sglang_dspark_plugin.census import census
+from sglang_dspark_plugin.draft_config import MarkovHead
 from sglang_dspark_plugin.errors import GeometryError, InvalidCheckpointError, UnsupportedCheckpointError
-from sglang_dspark_plugin.geometry import RoundGeometry, build_manifest
+from sglang_dspark_plugin.geometry import RoundGeometry
 from sglang_dspark_plugin.harvest import ENV_VAR, DsparkHarvest
-from sglang_dspark_plugin.sglang_plugin import draft_model, workers
+from sglang_dspark_plugin.serving import MASK_FILL, SHIFTED, LaunchRequest, ServePlan, make_plan
+from sglang_dspark_plugin.serving.refusals import check_servable
+from sglang_dspark_plugin.sglang_plugin import resolution, workers
+from sglang_dspark_plugin.sglang_plugin.draft_model import DraftRoute
 from sglang_dspark_plugin.sglang_plugin.workers import (
     HarvestDFlashWorker,
     HarvestDSparkDraftModel,
@@ -60,13 +68,10 @@ def test_the_expected_sglang_is_installed():
 # ------------------------------------------------------------------ served stand-in
 
 
-def _served(tmp_path: Path, fixture: str, env: str | None = None) -> SimpleNamespace:
-    """What ``resolution.served`` returns, built from the real census, resolution and geometry."""
-    cfg = census(str(write_checkpoint(tmp_path, fixture)))
-    resolution = DsparkHarvest.explain(cfg, environ={} if env is None else {ENV_VAR: env})
-    geometry = RoundGeometry(resolution.harvest, cfg.block_size)
-    manifest = build_manifest(geometry, resolution, cfg, producer="sglang-plugin")
-    return SimpleNamespace(cfg=cfg, resolution=resolution, geometry=geometry, manifest=manifest)
+def _served(tmp_path: Path, fixture: str, env: str | None = None) -> ServePlan:
+    """The serving plan of a fixture draft on this sglang (no target: its checks are not the point)."""
+    request = LaunchRequest(draft=str(write_checkpoint(tmp_path, fixture)), harvest_env=env)
+    return make_plan(request, resolution.sglang_support())
 
 
 def _hf_config(fixture: str) -> PretrainedConfig:
@@ -306,18 +311,13 @@ def test_a_real_markov_head_is_kept_even_where_sglang_does_not_read_its_spelling
     assert build_markov_head(config).markov_rank == 8
 
 
-def test_served_markov_rank_is_the_census_else_sglangs_own_reading(tmp_path):
-    from sglang_dspark_plugin.sglang_plugin.workers import served_markov_rank
-
-    assert served_markov_rank(_served(tmp_path, "specforge_dspark").cfg) == 8  # dflash_config spelling
-    assert served_markov_rank(_served(tmp_path, "dspark_markov_rank0").cfg) == 0
-    null_rank = _served(tmp_path, "gemma4_dspark_null_rank").cfg  # markov_rank: null, no weights
-    assert null_rank.markov_rank is None and served_markov_rank(null_rank) == 0
-    text_only = null_rank.__class__(
-        **{**null_rank.__dict__, "raw": {**null_rank.raw, "text_config": {"markov_rank": 6}}}
-    )  # a spelling only sglang reads: its reading decides, and it needs the head type it demands
-    with pytest.raises(InvalidCheckpointError, match="markov_head_type"):
-        served_markov_rank(text_only)
+def test_the_served_markov_head_is_the_census_reading(tmp_path):
+    plan = _served(tmp_path, "specforge_dspark")  # dflash_config spelling, gated tensors
+    assert plan.cfg.markov_head.rank == 8 and plan.served_markov_head == (8, "gated")
+    assert _served(tmp_path, "dspark_markov_rank0").served_markov_head == (1, "vanilla")  # the zero head
+    null_rank = census(str(write_checkpoint(tmp_path, "gemma4_dspark_null_rank")))  # null, no weights
+    assert null_rank.markov_rank is None and null_rank.markov_head is None
+    assert _served(tmp_path, "specforge_dflash").served_markov_head is None  # DFLASH: no head served
 
 
 def test_markov_keys_in_dspark_config_are_rewritten_too():
@@ -374,7 +374,7 @@ def test_the_draft_route_swaps_the_checkpoints_architecture_only_while_building(
 
     before = ModelRegistry.resolve_model_cls(["DFlashDraftModel"])[0]
     assert before is not HarvestDSparkDraftModel
-    with dspark_draft_route(["DFlashDraftModel"], markov_rank=0, mask_token_id=255):
+    with dspark_draft_route(("DFlashDraftModel",), DraftRoute(0, 255)):
         assert ModelRegistry.resolve_model_cls(["DFlashDraftModel"])[0] is HarvestDSparkDraftModel
         assert HarvestDSparkDraftModel._route.mask_token_id == 255
         # Other architectures are untouched.
@@ -383,7 +383,7 @@ def test_the_draft_route_swaps_the_checkpoints_architecture_only_while_building(
     assert HarvestDSparkDraftModel._route is None
 
     with pytest.raises(RuntimeError, match="boom"):
-        with dspark_draft_route(["DSparkDraftModel"], markov_rank=8):
+        with dspark_draft_route(("DSparkDraftModel",), DraftRoute(8, None)):
             raise RuntimeError("boom")
     assert ModelRegistry.resolve_model_cls(["DSparkDraftModel"])[0] is DSparkDraftModel
 
@@ -392,31 +392,29 @@ def test_the_dflash_route_loads_dflash_for_a_dspark_named_drafter_without_markov
     from sglang.srt.models.dflash import DFlashDraftModel
     from sglang.srt.models.registry import ModelRegistry
 
-    with workers.dflash_draft_route(["Qwen3DSparkModel"], markov_rank=0):
+    with workers.dflash_draft_route(("Qwen3DSparkModel",)):
         assert ModelRegistry.resolve_model_cls(["Qwen3DSparkModel"])[0] is DFlashDraftModel
     assert ModelRegistry.resolve_model_cls(["Qwen3DSparkModel"])[0].__name__ == "Qwen3DSparkModel"
-    with workers.dflash_draft_route(["DFlashDraftModel"], markov_rank=None):
+    with workers.dflash_draft_route(("DFlashDraftModel",)):
         assert ModelRegistry.resolve_model_cls(["DFlashDraftModel"])[0] is DFlashDraftModel  # untouched
+
+
+def test_the_plan_refuses_what_the_routes_cannot_build(tmp_path):
+    """DFLASH would drop a Markov head; DSPARK needs a dense class and a mask token: all refused by the
+    plan, before any model loads, on every sglang version."""
+    plan = _served(tmp_path, "dspark_markov_rank0")
+    with_head = plan.cfg.__class__(**{**plan.cfg.__dict__, "markov_head": MarkovHead(4, "vanilla", "config")})
     with pytest.raises(UnsupportedCheckpointError, match="Markov head"):
-        with workers.dflash_draft_route(["DSparkDraftModel"], markov_rank=4):
-            pass
+        check_servable(with_head, MASK_FILL, plan.resolution, None, plan.support)
+    no_mask = plan.cfg.__class__(**{**plan.cfg.__dict__, "mask_token_id": None})
+    with pytest.raises(InvalidCheckpointError, match="mask_token_id"):
+        check_servable(no_mask, SHIFTED, plan.resolution, None, plan.support)
 
 
 def test_the_draft_route_refuses_a_non_dense_drafter():
     with pytest.raises(UnsupportedCheckpointError, match="architectures"):
-        with dspark_draft_route(["Gemma4DSparkModel"]):
+        with dspark_draft_route(("Gemma4DSparkModel",), DraftRoute(None, None)):
             pass
-
-
-def test_the_worker_refuses_a_dspark_arm_without_a_mask_token(tmp_path, monkeypatch):
-    served = _served(tmp_path, "dspark_markov_rank0")
-    cfg = served.cfg.__class__(**{**served.cfg.__dict__, "mask_token_id": None})
-    worker = object.__new__(HarvestDSparkWorker)
-    monkeypatch.setattr(
-        HarvestDSparkWorker, "_dspark_harvest_init", lambda self, args: SimpleNamespace(cfg=cfg)
-    )
-    with pytest.raises(InvalidCheckpointError, match="mask_token_id"):
-        worker._dspark_route(None)
 
 
 # ------------------------------------------------------------------ per-round telemetry hook
@@ -470,23 +468,23 @@ def test_rank_agreement_values_name_the_harvest_geometry_and_draft(tmp_path):
         "block_size": 5,
         "gamma": 5,
         "verify_window": 6,
-        "draft": served.cfg.path,  # a stand-in without the user's string: the folder
+        "draft": served.draft,  # what the user passed, whatever folder it resolved to on this node
         "draft_content": values["draft_content"],
     }
     assert values["draft_content"].startswith("sha256:")
-    served.draft = "org/drafter"  # what the user passed, whatever folder it resolved to on this node
-    assert rank_agreement_values(served)["draft"] == "org/drafter"
 
 
 def test_worker_init_refuses_a_harvest_the_factory_did_not_choose(tmp_path, monkeypatch):
     served = _served(tmp_path, "specforge_dflash")
     monkeypatch.setattr(workers, "_tp_cpu_group", lambda: (None, 0))
-    monkeypatch.setattr(workers, "_served_for", lambda args: served)
+    carried = {resolution.PLAN_ATTR: served}
     worker = object.__new__(HarvestDSparkWorker)
     with pytest.raises(GeometryError, match="factory and the worker"):
-        worker._dspark_harvest_init(SimpleNamespace(enable_metrics=False, speculative_algorithm="DSPARK"))
+        worker._dspark_harvest_init(
+            SimpleNamespace(enable_metrics=False, speculative_algorithm="DSPARK", **carried)
+        )
     ok = object.__new__(HarvestDFlashWorker)
-    args = SimpleNamespace(enable_metrics=False, speculative_algorithm="DFLASH")
+    args = SimpleNamespace(enable_metrics=False, speculative_algorithm="DFLASH", **carried)
     assert ok._dspark_harvest_init(args) is served
     assert ok.dspark_telemetry is not None
 
@@ -572,7 +570,7 @@ def _build_real_draft_model() -> dict:
     model_config = SimpleNamespace(hf_config=config, quantization=None, model_impl=ModelImpl.AUTO)
     out: dict = {"outside": get_model_architecture(model_config)[0].__name__}
     with get_context().override_server_args(device="cpu"):
-        with dspark_draft_route(["DFlashDraftModel"], markov_rank=0, mask_token_id=255):
+        with dspark_draft_route(("DFlashDraftModel",), DraftRoute(0, 255)):
             model_cls = get_model_architecture(model_config)[0]
             model = model_cls(config=config, quant_config=None)  # as loader._initialize_model does
         out["after"] = get_model_architecture(model_config)[0].__name__
@@ -621,7 +619,7 @@ def _build_real_draft_model() -> dict:
         # A real rank-8 gated head whose keys sit in dflash_config (SpecForge): built and loaded as one.
         gated_config = PretrainedConfig(**FIXTURES["specforge_dspark"].config)
         gated_mc = SimpleNamespace(hf_config=gated_config, quantization=None, model_impl=ModelImpl.AUTO)
-        with dspark_draft_route(["DSparkDraftModel"], markov_rank=8, mask_token_id=255):
+        with dspark_draft_route(("DSparkDraftModel",), DraftRoute(8, 255)):
             gated = get_model_architecture(gated_mc)[0](config=gated_config, quant_config=None)
         with torch.no_grad():
             gated.markov_head.markov_w1.weight.fill_(3.0)
@@ -639,7 +637,7 @@ def _build_real_draft_model() -> dict:
         # The dflash arm: a DSpark-named drafter without a Markov head loads sglang's DFlashDraftModel.
         plain_config = PretrainedConfig(**FIXTURES["dspark_markov_rank0"].config)
         plain_mc = SimpleNamespace(hf_config=plain_config, quantization=None, model_impl=ModelImpl.AUTO)
-        with workers.dflash_draft_route(["DSparkDraftModel"], markov_rank=0):
+        with workers.dflash_draft_route(("DSparkDraftModel",)):
             plain = get_model_architecture(plain_mc)[0](config=plain_config, quant_config=None)
         out["dflash_arm_class"] = type(plain).__name__
     return out
@@ -711,7 +709,8 @@ def test_registered_factory_and_worker_init_agree_on_real_server_args(
     server_args = _prepared_server_args(
         target_dir, write_checkpoint(checkpoint_dir, fixture), "--enable-metrics"
     )
-    cls = SpeculativeAlgorithm.from_string("DSPARK_HARVEST").create_worker(server_args)
+    served_as = resolution.read_arg(server_args, "speculative_algorithm")  # the builtin the plan names
+    cls = SpeculativeAlgorithm.from_string(served_as).create_worker(server_args)
     assert cls is worker_class_for(arm)
     # The worker's own start-up steps on the same (real) server args, up to the model load.
     monkeypatch.setattr(workers, "_tp_cpu_group", lambda: (None, 0))
@@ -757,7 +756,9 @@ def _target_side_refusal_site(target_dir: str, draft: str) -> dict:
     out["rank_after_publish"] = [parsed.markov_rank, parsed.markov_head_type]
     target_config = get_config(target_dir, trust_remote_code=False)
     out["target_rank"] = dspark_config.parse_dspark_draft_config(draft_hf_config=target_config).markov_rank
-    algo = SpeculativeAlgorithm.from_string("DSPARK_HARVEST")
+    from sglang_dspark_plugin.sglang_plugin.resolution import read_arg
+
+    algo = SpeculativeAlgorithm.from_string(read_arg(server_args, "speculative_algorithm"))
     out["is_dspark"] = algo.is_dspark()
     aux_config = aux.SpecAuxHiddenStateConfig()
     aux._resolve_dflash_aux_hidden_state(
@@ -783,61 +784,78 @@ def test_the_target_runners_markov_check_passes_for_the_served_no_markov_draft(t
     assert out["aux"] == [True, [2]]
 
 
-def test_the_parse_hook_answers_only_for_the_served_dspark_draft(tmp_path, monkeypatch):
-    from sglang_dspark_plugin.sglang_plugin import resolution
-
-    draft = str(write_checkpoint(tmp_path, "dspark_markov_rank0"))
-    gated = str(write_checkpoint(tmp_path, "specforge_dspark"))
-    published: dict = {"args": None}
-    monkeypatch.setattr(resolution, "published_server_args", lambda: published["args"])
-    monkeypatch.setattr(resolution, "read_arg", lambda args, name: getattr(args, name))
-    monkeypatch.setattr(resolution, "served", lambda args: _served(tmp_path, Path(args.path).name, args.env))
-
-    def answer(config_path: str, algo: str = "DSPARK_HARVEST", env: str | None = None, served: str = draft):
-        published["args"] = SimpleNamespace(
-            speculative_algorithm=algo, speculative_draft_model_path=served, path=served, env=env
-        )
-        config = PretrainedConfig(**FIXTURES[Path(config_path).name].config)
-        config._name_or_path = config_path
-        return draft_model._served_markov(config)
-
-    assert answer(draft) == (1, "vanilla")
-    assert answer(gated, served=gated) == (8, "gated")
-    assert answer(draft, env="dflash") is None  # the dflash arm has no Markov head to report
-    assert answer(draft, algo="DSPARK") is None  # sglang's builtin keeps sglang's answer
-    assert answer(gated, served=draft) is None  # another config than the served draft
-    published["args"] = None
-    assert draft_model._served_markov(PretrainedConfig(_name_or_path=draft)) is None  # nothing published
-    assert draft_model._served_markov(PretrainedConfig()) is None  # no path: never ours
+def _tensors_only_head(tmp_path: Path) -> Path:
+    """SpecForge's DSpark drafter with every Markov-rank and head-type key removed from config.json:
+    only its ``markov_head.*`` tensors declare the rank-8 gated head."""
+    base = FIXTURES["specforge_dspark"]
+    keys = ("markov_rank", "markov_head_type")
+    config = {
+        **base.config,
+        "dflash_config": {k: v for k, v in base.config["dflash_config"].items() if k not in keys},
+    }
+    return write_checkpoint(tmp_path, Fixture("tensors_only_head", config, base.tensors, base.expect))
 
 
-def test_the_parse_hook_answers_a_draft_whose_config_json_names_its_own_path(tmp_path, monkeypatch):
-    # config.json may carry "_name_or_path"; when it is the served path and the census found no rank,
-    # served_markov_rank's own parse of the raw config must not come back through the hook.
-    from sglang_dspark_plugin.sglang_plugin import resolution
+def test_the_target_runners_markov_check_passes_for_a_mask_fill_head_only_the_tensors_declare(
+    target_dir, tmp_path, monkeypatch
+):
+    """The audit's crash: accepted at argument time, then "DSPARK requires markov_rank > 0" in every
+    scheduler. The plan's head answers sglang's parse for the mask-fill DSpark route too."""
+    monkeypatch.setenv(ENV_VAR, "dflash")  # the mask-fill route: DSPARK with sample_from_anchor=false
+    draft = _tensors_only_head(tmp_path)
+    if not SGLANG_023:  # no mask-fill DSPARK layout: refused at argument resolution, never in a scheduler
+        with pytest.raises(ValueError, match="0.5.23"):
+            _prepared_server_args(target_dir, draft)
+        return
+    out = _run_in_subprocess("_target_side_refusal_site", str(target_dir), str(draft))
+    assert out["rank_before_publish"] == 0  # what sglang reads from config.json alone
+    assert out["rank_after_publish"] == [8, "gated"]  # the tensors' head, as the plan holds it
+    assert out["target_rank"] == 0
+    assert out["is_dspark"] is True
+    assert out["aux"][0] is True
 
-    fixture = "gemma4_dspark_null_rank"
-    draft = str(write_checkpoint(tmp_path, fixture))
-    served = _served(tmp_path, fixture)
-    raw = {**served.cfg.raw, "_name_or_path": draft}
-    served.cfg = served.cfg.__class__(**{**served.cfg.__dict__, "raw": raw})
-    assert served.cfg.markov_rank is None and served.resolution.harvest is DsparkHarvest.DSPARK
-    args = SimpleNamespace(speculative_algorithm="DSPARK_HARVEST", speculative_draft_model_path=draft)
+
+def _publish(monkeypatch, args) -> None:
     monkeypatch.setattr(resolution, "published_server_args", lambda: args)
-    monkeypatch.setattr(resolution, "read_arg", lambda a, name: getattr(a, name))
-    monkeypatch.setattr(resolution, "served", lambda a: served)
-    original = draft_model.parse_dspark_draft_config
 
-    def hooked(*a, **kw):  # what HookRegistry binds in every module once load_plugins() applied it
-        result = original(*a, **kw)
-        replaced = draft_model._served_markov_after_parse(result, *a, **kw)
-        return result if replaced is None else replaced
 
-    monkeypatch.setattr(draft_model, "parse_dspark_draft_config", hooked)
+def _with_plan(plan: ServePlan | None, algorithm: str = "DSPARK") -> SimpleNamespace:
+    fields = {} if plan is None else {resolution.PLAN_ATTR: plan}
+    return SimpleNamespace(speculative_algorithm=algorithm, **fields)
+
+
+def _parsed(config_path: str, fixture: str):
     config = PretrainedConfig(**FIXTURES[fixture].config)
-    config._name_or_path = draft
-    assert workers.served_markov_rank(served.cfg) == 0
-    assert draft_model._served_markov(config) == (1, "vanilla")
+    config._name_or_path = config_path
+    return parse_dspark_draft_config(draft_hf_config=config)
+
+
+def test_the_parse_hook_answers_only_for_the_served_draft_of_a_dspark_plan(tmp_path, monkeypatch):
+    from sglang_dspark_plugin.sglang_plugin.hooks import served_markov_after_parse
+
+    plain = _served(tmp_path, "dspark_markov_rank0")
+    gated = _served(tmp_path, "specforge_dspark")
+
+    def answer(config_path: str, fixture: str, plan: ServePlan | None):
+        _publish(monkeypatch, _with_plan(plan))
+        result = _parsed(config_path, fixture)
+        replaced = served_markov_after_parse(
+            result, draft_hf_config=PretrainedConfig(_name_or_path=config_path)
+        )
+        got = result if replaced is None else replaced
+        return got.markov_rank, got.markov_head_type
+
+    assert answer(plain.draft, "dspark_markov_rank0", plain) == (1, "vanilla")  # the zero head
+    assert answer(gated.draft, "specforge_dspark", gated)[0] == 8
+    dflash = _served(tmp_path, "dspark_markov_rank0", env="dflash")  # served by DFLASH: nothing to report
+    assert answer(dflash.draft, "dspark_markov_rank0", dflash) == (0, None)
+    assert answer(plain.draft, "dspark_markov_rank0", None) == (0, None)  # a plain DSPARK launch
+    assert answer(gated.draft, "specforge_dspark", plain)[0] == (8 if SGLANG_023 else 0)  # not the draft
+    _publish(monkeypatch, None)
+    assert (
+        served_markov_after_parse(None, draft_hf_config=PretrainedConfig(_name_or_path=plain.draft)) is None
+    )
+    assert served_markov_after_parse(None, draft_hf_config=PretrainedConfig()) is None  # no path
 
 
 @pytest.mark.parametrize(
@@ -886,4 +904,4 @@ def test_worker_init_checks_ranks_then_builds_its_parent_inside_the_route(
     assert calls == ["rank agreement", ("parent", sorted(parent_signature.parameters), True, loaded)]
     assert ModelRegistry.resolve_model_cls([arch])[0].__name__ == arch  # restored after the build
     assert worker.dspark_telemetry is not None
-    assert worker.dspark_served.resolution.harvest is cls.dspark_harvest
+    assert worker.dspark_plan.resolution.harvest is cls.dspark_harvest

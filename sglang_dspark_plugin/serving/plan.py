@@ -1,0 +1,270 @@
+"""The serving plan: what a ``DSPARK_HARVEST`` launch serves, decided once, in plain Python.
+
+``make_plan(request, support)`` takes a typed snapshot of the launch (``LaunchRequest``: the draft,
+the target, the speculative flags that matter, the ``MEMRA_DSPARK_*`` settings as set at launch) and
+what the running sglang can serve (``SglangSupport``), and returns a frozen ``ServePlan`` or raises a
+typed refusal. The plan holds everything the sglang adapters need: the harvest with its source and
+evidence, the round geometry, the builtin and its query layout, the gamma flag, the Markov head, the
+server arguments to declare and the manifest. It pickles and deep-copies as it is, so it travels to
+sglang's scheduler processes on the server args sglang already hands them; nothing is re-derived there.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from ..draft_config import DflashCfg
+from ..errors import DsparkHarvestError, InvalidCheckpointError
+from ..geometry import BLOCK_SIZE_FLAGS, RoundGeometry, build_manifest
+from ..harvest import ENV_VAR, DsparkHarvest, Resolution
+from ..settings import MANIFEST, read_setting
+from ..telemetry.settings import TelemetrySettings
+from .layout import DSPARK, Layout, architectures_of, layout_for
+from .refusals import (
+    ALGORITHM,
+    as_serve_refusal,
+    check_servable,
+    flag_int,
+    refuse_disaggregation,
+    refuse_uncapturable,
+)
+from .width import served_block_size
+
+MANIFEST_ENV_VAR = MANIFEST.name
+"""When set to a path, the launcher writes the geometry manifest there at startup."""
+
+DFLASH_BLOCK_FLAG = BLOCK_SIZE_FLAGS[DsparkHarvest.DFLASH]
+DSPARK_BLOCK_FLAG = BLOCK_SIZE_FLAGS[DsparkHarvest.DSPARK]
+
+
+def flag_field(flag: str) -> str:
+    """sglang's ``ServerArgs`` field of a flag: ``--speculative-dspark-block-size`` ->
+    ``speculative_dspark_block_size``."""
+    return flag[2:].replace("-", "_")
+
+
+@dataclass(frozen=True)
+class SglangSupport:
+    """What the running sglang can serve, as far as the plan's decisions go."""
+
+    version: str
+    mask_fill_dspark: bool  # DSPARK reads sample_from_anchor (the mask-fill layout): 0.5.23 on
+
+    @classmethod
+    def for_version(cls, version: str) -> SglangSupport:
+        """The support a released version has (the adapters detect it from sglang's code instead)."""
+        numbers = tuple(int(n) for n in re.findall(r"\d+", version)[:3])
+        return cls(version, numbers >= (0, 5, 23))
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """What a launch asks for: the server arguments that matter and the settings as set at launch."""
+
+    draft: str | None
+    target: str | None = None
+    draft_revision: str | None = None
+    num_draft_tokens: Any = None
+    dflash_block_size: Any = None
+    dspark_block_size: Any = None
+    disaggregation_mode: str | None = None
+    harvest_env: str | None = None  # MEMRA_DSPARK_HARVEST, as given (the resolution parses and records it)
+    manifest_path: str | None = None  # MEMRA_DSPARK_MANIFEST
+    telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)  # the telemetry variables
+
+    @classmethod
+    def of(cls, args: Mapping[str, Any], environ: Mapping[str, str]) -> LaunchRequest:
+        """From sglang's argument names (``speculative_draft_model_path``, ...) and an environment."""
+        return cls(
+            draft=_text(args.get("speculative_draft_model_path")),
+            target=_text(args.get("model_path")),
+            draft_revision=_text(args.get("speculative_draft_model_revision")),
+            num_draft_tokens=args.get("speculative_num_draft_tokens"),
+            dflash_block_size=args.get(flag_field(DFLASH_BLOCK_FLAG)),
+            dspark_block_size=args.get(flag_field(DSPARK_BLOCK_FLAG)),
+            disaggregation_mode=_text(args.get("disaggregation_mode")),
+            harvest_env=environ.get(ENV_VAR),
+            manifest_path=read_setting(MANIFEST_ENV_VAR, environ),
+            telemetry=TelemetrySettings.from_env(environ),
+        )
+
+    def block_size_flags(self) -> dict[str, Any]:
+        """``{flag: value}`` of both arms' block-size flags (``None``: not given)."""
+        return {DFLASH_BLOCK_FLAG: self.dflash_block_size, DSPARK_BLOCK_FLAG: self.dspark_block_size}
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+ZERO_MARKOV_HEAD = (1, "vanilla")
+"""The head DSPARK serves for a shifted drafter without one: rank 1, zeroed after loading."""
+
+
+@dataclass(frozen=True)
+class ServePlan:
+    """Everything a ``DSPARK_HARVEST`` launch serves, decided once by ``make_plan``."""
+
+    request: LaunchRequest
+    support: SglangSupport
+    cfg: DflashCfg
+    resolution: Resolution
+    geometry: RoundGeometry
+    layout: Layout
+    block_size_source: str  # "config.json", or the flag that gave it
+    manifest: dict[str, Any] = field(compare=False)
+    trained_block_size: int | None = None  # the checkpoint's block when the launch serves a narrower one
+
+    @property
+    def harvest(self) -> DsparkHarvest:
+        return self.resolution.harvest
+
+    @property
+    def builtin(self) -> str:
+        """``DFLASH`` or ``DSPARK``: the sglang algorithm that serves the launch."""
+        return self.layout.builtin
+
+    @property
+    def draft(self) -> str:
+        """``--speculative-draft-model-path`` as given (``cfg.path`` is the folder it resolved to)."""
+        return cast(str, self.request.draft)
+
+    @property
+    def architectures(self) -> tuple[str, ...]:
+        return architectures_of(self.cfg)
+
+    @property
+    def served_markov_head(self) -> tuple[int, str] | None:
+        """``(rank, head type)`` DSPARK builds for this draft (the zero head for a shifted drafter without
+        one); ``None`` when DFLASH serves it."""
+        if self.builtin != DSPARK:
+            return None
+        head = self.cfg.markov_head
+        return ZERO_MARKOV_HEAD if head is None else (head.rank, cast(str, head.head_type))
+
+    @property
+    def narrowed(self) -> bool:
+        """Whether the launch serves a narrower block than the checkpoint was trained on."""
+        return self.trained_block_size not in (None, self.geometry.block_size)
+
+    @property
+    def gamma_flag(self) -> dict[str, int]:
+        """DSPARK takes gamma from its block-size flag: b-1 for a mask-fill DSpark drafter, the served
+        gamma for a narrower block; else nothing (the builtin reads the block from the checkpoint)."""
+        if self.builtin != DSPARK or not (self.layout.mask_fill_dspark or self.narrowed):
+            return {}
+        return {flag_field(DSPARK_BLOCK_FLAG): self.geometry.gamma}
+
+    @property
+    def declared_args(self) -> dict[str, Any]:
+        """The server arguments the rewrite declares: the builtin, its verify window, its gamma flag."""
+        return {
+            "speculative_algorithm": self.builtin,
+            "speculative_num_draft_tokens": self.geometry.verify_window,
+            **self.gamma_flag,
+        }
+
+    def describe(self) -> str:
+        """One line: the harvest, where it came from, the builtin and the round geometry."""
+        g, r = self.geometry, self.resolution
+        if r.source == "env":
+            src = f"env {ENV_VAR}={r.env_value!r}"
+        elif r.source == "census":
+            cast_votes = [f"{e.signal}={e.value!r}" for e in r.evidence if e.vote is not None]
+            src = "census: " + ", ".join(cast_votes) if cast_votes else "census"
+        else:
+            src = "default (no training-strategy signal in the checkpoint; the historical mask-fill arm)"
+        note = "" if self.block_size_source == "config.json" else f" (from {self.block_size_source})"
+        if self.narrowed:
+            note += f", narrowed from the trained {self.trained_block_size}"
+        return (
+            f"{ALGORITHM}: harvest={g.harvest.name()} ({self.layout.describe()} semantics) from {src}; "
+            f"block_size={g.block_size}{note}, drafts per round={g.gamma} "
+            f"(rows {g.harvested_rows[0]}..{g.harvested_rows[-1]}), verify window={g.verify_window}; "
+            f"checkpoint {self.cfg.path}"
+        )
+
+
+def _block_size(cfg: DflashCfg, harvest: DsparkHarvest, request: LaunchRequest) -> tuple[int | None, str]:
+    """The block size and where it came from: config.json, else a block-size flag (the arm's own first,
+    since published DFlash configs may leave it to sglang's flag); ``None`` when neither gives one."""
+    if cfg.block_size is not None:
+        return cfg.block_size, "config.json"
+    flags = request.block_size_flags()
+    arm_flag = BLOCK_SIZE_FLAGS[harvest]
+    for flag in sorted(flags, key=lambda f: f != arm_flag):
+        if flags[flag] is not None:
+            return flag_int(flag, flags[flag]), flag
+    return None, "config.json"
+
+
+def _resolve(request: LaunchRequest) -> tuple[DflashCfg, Resolution, RoundGeometry, str]:
+    """Census, harvest and trained geometry of the requested draft; typed errors as sglang shows them."""
+    from ..census import census
+
+    if not request.draft:
+        raise InvalidCheckpointError(
+            f"{ALGORITHM} needs a draft checkpoint: pass --speculative-draft-model-path DRAFT (a local "
+            "directory or a hub id already in the Hugging Face cache); got none.",
+            where="--speculative-draft-model-path",
+        )
+    try:
+        # a hub id resolves as sglang resolves it: same cache and revision, downloaded unless offline
+        cfg = census(request.draft, request.draft_revision, download=True)
+        environ = {} if request.harvest_env is None else {ENV_VAR: request.harvest_env}
+        resolution = DsparkHarvest.explain(cfg, environ=environ)
+        block_size, source = _block_size(cfg, resolution.harvest, request)
+        # A missing block size (None) is refused by RoundGeometry itself, naming the arm's flag.
+        geometry = RoundGeometry(resolution.harvest, cast(int, block_size))
+    except DsparkHarvestError as err:
+        raise as_serve_refusal(err) from err
+    return cfg, resolution, geometry, source
+
+
+def make_plan(request: LaunchRequest, support: SglangSupport) -> ServePlan:
+    """The plan for ``request`` on ``support``, after every refusal that is the plugin's own."""
+    refuse_disaggregation(request)
+    cfg, resolution, trained, block_size_source = _resolve(request)
+    layout = layout_for(resolution.harvest, cfg)
+    try:
+        served = served_block_size(request, trained, layout, cfg.path)
+        geometry = trained if served == trained.block_size else RoundGeometry(trained.harvest, served)
+        refuse_uncapturable(request, cfg)
+        check_servable(cfg, layout, resolution, request.target, support)
+    except DsparkHarvestError as err:
+        raise as_serve_refusal(err) from err
+    manifest = build_manifest(
+        geometry,
+        resolution,
+        cfg,
+        producer="sglang-plugin",
+        extra={
+            "algorithm": ALGORITHM,
+            "sglang_builtin": layout.builtin,
+            **layout.manifest_fields(),
+            "speculative_num_draft_tokens": geometry.verify_window,
+            "block_size_source": block_size_source,
+            "markov_head": None if cfg.markov_head is None else cfg.markov_head.to_json(),
+            "trained_block_size": trained.block_size,
+            "draft": request.draft,
+            "draft_revision": request.draft_revision,
+        },
+    )
+    narrowed = None if geometry is trained else trained.block_size
+    return ServePlan(
+        request, support, cfg, resolution, geometry, layout, block_size_source, manifest, narrowed
+    )
+
+
+__all__ = [
+    "MANIFEST_ENV_VAR",
+    "LaunchRequest",
+    "SglangSupport",
+    "ServePlan",
+    "ZERO_MARKOV_HEAD",
+    "flag_field",
+    "make_plan",
+]

@@ -1,0 +1,225 @@
+"""Every refusal the serving plan owns, each over the launch request and the census (sglang-free).
+
+Each raises a typed error whose message names what was wrong, where, and how to fix it; the plan
+(``plan.make_plan``) calls them in one place, before any model loads.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..architectures import DSPARK_ARCHITECTURES, SGLANG_DSPARK_ARM
+from ..census.families import pattern_family
+from ..draft_config import DflashCfg
+from ..errors import DsparkHarvestError, InvalidCheckpointError, UnsupportedCheckpointError
+from ..harvest import ENV_VAR, Resolution
+from ..validation import is_int
+from .layout import DSPARK, Layout, architectures_of
+
+if TYPE_CHECKING:
+    from .plan import LaunchRequest, SglangSupport
+
+ALGORITHM = "DSPARK_HARVEST"
+"""The name users pass to ``--speculative-algorithm``."""
+
+HEAD_TYPES = ("vanilla", "gated", "rnn")
+"""The Markov heads sglang's DSpark draft model builds (``models/dspark.py`` ``build_markov_head``)."""
+
+
+class ServeRefusal(DsparkHarvestError, ValueError):
+    """A refusal raised while sglang resolves its arguments.
+
+    A ``ValueError``, like sglang's own argument errors, so ``launch_server`` and ``Engine`` end with
+    the message as the last line; ``kind`` keeps the class of the typed error it wraps.
+    """
+
+    def __init__(self, message: str, *, kind: str = "invalid", where: str | None = None) -> None:
+        super().__init__(message, where=where)
+        self.kind = kind
+
+    @classmethod
+    def wrap(cls, err: DsparkHarvestError) -> ServeRefusal:
+        """Re-raise a typed error that is not a ``ValueError`` (census conflict, unsupported drafter)."""
+        return cls(f"{ALGORITHM}: {err.message}", kind=err.kind, where=err.where)
+
+
+def as_serve_refusal(err: DsparkHarvestError) -> DsparkHarvestError:
+    """``err`` itself when sglang already shows it as an argument error (a ``ValueError``), else wrapped."""
+    return err if isinstance(err, ValueError) else ServeRefusal.wrap(err)
+
+
+def flag_int(flag: str, value: Any) -> int:
+    """A width flag's value as an integer (sglang may hand it over as a string); refused otherwise."""
+    if is_int(value):
+        return value
+    text = value.strip() if isinstance(value, str) else ""
+    if not (text.isascii() and text.isdigit() and len(text) <= 6):
+        raise InvalidCheckpointError(
+            f"{flag} {value!r} is not a block size or a window; pass the number of rows the drafter was "
+            "trained with (an integer >= 2), or add block_size to the draft's config.json.",
+            where=flag,
+        )
+    return int(text)
+
+
+def refuse_disaggregation(request: LaunchRequest) -> None:
+    """Refuse prefill-decode disaggregation at startup (it would fail mid-request, not at launch)."""
+    mode = request.disaggregation_mode
+    if mode not in (None, "null"):
+        raise ServeRefusal(
+            f"{ALGORITHM} does not support prefill-decode disaggregation (--disaggregation-mode {mode}). "
+            "sglang builds the prefill->decode draft state only for its builtin algorithms "
+            "(SpeculativeAlgorithm.build_disagg_draft_input), and a harvest-resolved geometry has not "
+            "been validated across that transfer. Serve without --disaggregation-mode, or use the "
+            "builtin DFLASH/DSPARK with a checkpoint trained for that builtin's convention.",
+            kind="unsupported",
+            where="--disaggregation-mode",
+        )
+
+
+def refuse_uncapturable(request: LaunchRequest, cfg: DflashCfg) -> None:
+    """Refuse a drafter whose target layers sglang cannot capture from this target (before any load).
+
+    sglang would fail at the first decode round ("DFLASH target_hidden feature dim mismatch").
+    """
+    from ..capture import target_layer_count, uncapturable_message
+
+    if not cfg.target_layer_ids or request.target is None:
+        return
+    architecture, layers = target_layer_count(request.target)
+    if layers is None:
+        return
+    why = uncapturable_message(
+        cfg.target_layer_ids, layers, where=f"{cfg.path}/config.json", target_architecture=architecture
+    )
+    if why:
+        raise ServeRefusal(
+            f"{ALGORITHM}: sglang cannot serve this drafter with target {request.target} ({architecture}, "
+            f"{layers} layers): {why}",
+            kind="unsupported",
+            where="target_layer_ids",
+        )
+
+
+def require_mask_token(cfg: DflashCfg) -> None:
+    """Refuse a DSPARK-served draft without a mask token id (sglang's DSpark worker has no fallback)."""
+    if cfg.mask_token_id is None:
+        raise InvalidCheckpointError(
+            f"the dspark arm needs the draft's mask token id and {cfg.path}/config.json declares none "
+            "(sglang's DSpark worker has no tokenizer fallback, speculative/dspark_components/"
+            'dspark_config.py resolve_runtime_config). Add "mask_token_id": <id of the mask token> '
+            "to the draft's config.json.",
+            where=f"{cfg.path}/config.json: mask_token_id",
+        )
+
+
+def dspark_arm_names(architectures: tuple[str, ...]) -> list[str]:
+    """The draft's architecture names the dspark arm loads as its model; refuses any other drafter."""
+    names = [a for a in architectures if a in SGLANG_DSPARK_ARM]
+    if not names:
+        raise UnsupportedCheckpointError(
+            f"the dspark arm serves dense DFlash-family drafters ({', '.join(SGLANG_DSPARK_ARM)}); "
+            f"this draft's config.json architectures={list(architectures)!r} is none of them. Serve it "
+            f"with sglang's own --speculative-algorithm for that model, or set {ENV_VAR}=dflash if it "
+            "was trained with the DFlash strategy.",
+            where="config.json: architectures",
+        )
+    return names
+
+
+def _require_markov_head_type(cfg: DflashCfg) -> None:
+    """A Markov head sglang can build: its type must be known (declared, or named by the tensors)."""
+    head = cfg.markov_head
+    if head is None or head.head_type in HEAD_TYPES:
+        return
+    told = "" if head.head_type is None else f" (it names {head.head_type!r}, which sglang cannot build)"
+    raise InvalidCheckpointError(
+        f"the draft {cfg.path} has a rank-{head.rank} Markov head (declared by {head.declared_by}) but "
+        f"its config.json names no markov_head_type sglang builds{told}. Add "
+        f'"markov_head_type": "vanilla" | "gated" | "rnn" (the head it was trained with) next to '
+        f'"markov_rank": {head.rank} in the draft\'s config.json.',
+        where=f"{cfg.path}/config.json: markov_head_type",
+    )
+
+
+def _require_target_vocabulary(cfg: DflashCfg, target: str | None) -> None:
+    """The DSPARK Markov head (the zero head too) is sized from the draft's vocabulary and biases the
+    target's logits: the two sizes must be equal, or sglang fails at the first draft step."""
+    from ..capture import target_vocab_size
+
+    if target is None or cfg.vocab_size is None:
+        return
+    target_vocab = target_vocab_size(target)
+    if target_vocab is None or target_vocab == cfg.vocab_size:
+        return
+    raise ServeRefusal(
+        f"{ALGORITHM}: the draft {cfg.path} has a vocabulary of {cfg.vocab_size} tokens "
+        f"(config.json vocab_size) but the target {target} has {target_vocab} (its config.json "
+        "vocab_size). The dspark arm's Markov head is sized from the draft's vocabulary and is added to "
+        "the target's logits, so sglang would fail at the first draft step. Serve this drafter with the "
+        f"target it was trained for (a {cfg.vocab_size}-token vocabulary), or a drafter trained for this "
+        "target's tokenizer.",
+        kind="unsupported",
+        where="vocab_size",
+    )
+
+
+def _require_layout(cfg: DflashCfg, layout: Layout, resolution: Resolution, support: SglangSupport) -> None:
+    """Refuse a mask-fill DSpark drafter on a sglang without that layout."""
+    if not layout.mask_fill_dspark or support.mask_fill_dspark:
+        return
+    rank = cfg.markov_head.rank if cfg.markov_head is not None else 0
+    raise UnsupportedCheckpointError(
+        f"{cfg.path} is a mask-fill drafter (dflash harvest, {resolution.source}) with a DSpark "
+        f"architecture and a rank-{rank} Markov head. sglang {support.version} cannot serve it: its "
+        "DFLASH worker has no Markov head (it would drop a trained part of the model) and its DSPARK has "
+        "no mask-fill layout. Use sglang 0.5.23 or later, whose DSPARK serves it with "
+        f"sample_from_anchor=false; or, if the drafter was trained shifted, set {ENV_VAR}=dspark.",
+        where="sglang version",
+    )
+
+
+def check_servable(
+    cfg: DflashCfg, layout: Layout, resolution: Resolution, target: str | None, support: SglangSupport
+) -> None:
+    """Refuse, before any model loads, a draft the builtin's worker would refuse after the target loaded:
+    the layout this sglang lacks; for DSPARK the mask token, the architecture, the Markov head's type
+    and the vocabulary against the target's; for DFLASH a DSpark-named drafter with a Markov head."""
+    _require_layout(cfg, layout, resolution, support)
+    architectures = architectures_of(cfg)
+    if layout.builtin == DSPARK:
+        require_mask_token(cfg)
+        dspark_arm_names(architectures)
+        _require_markov_head_type(cfg)
+        _require_target_vocabulary(cfg, target)
+    elif cfg.markov_head is not None and any(a in DSPARK_ARCHITECTURES for a in architectures):
+        raise UnsupportedCheckpointError(
+            f"this drafter is mask-fill (dflash harvest) but has a rank-{cfg.markov_head.rank} Markov head "
+            f"(architectures={list(architectures)!r}); sglang's DFlash worker has no Markov head and would "
+            "silently drop it. DSPARK_HARVEST serves it through DSPARK with sample_from_anchor=false "
+            f"(sglang 0.5.23 or later), or, if it was trained shifted, with {ENV_VAR}=dspark.",
+            where="config.json: architectures / markov_rank",
+        )
+    elif any(pattern_family(a) for a in architectures):
+        raise UnsupportedCheckpointError(
+            f"this drafter is mask-fill (dflash harvest) and its architectures={list(architectures)!r} name "
+            "a DSpark-family class the census recognised by its naming pattern; sglang's DFlash worker "
+            "would build that class's DSpark layout or none, and the dspark arm serves the dense DSpark "
+            f"classes only ({', '.join(SGLANG_DSPARK_ARM)}). `dspark-harvest inspect` says which "
+            "sglang version can serve it.",
+            where="config.json: architectures",
+        )
+
+
+__all__ = [
+    "ALGORITHM",
+    "HEAD_TYPES",
+    "ServeRefusal",
+    "as_serve_refusal",
+    "flag_int",
+    "refuse_disaggregation",
+    "refuse_uncapturable",
+    "require_mask_token",
+    "dspark_arm_names",
+    "check_servable",
+]

@@ -1,0 +1,215 @@
+"""The serving plan without sglang: every fixture checkpoint (the census's and the released formats')
+and every embedded drafter, on the support records of both sglang lines (0.5.17: no mask-fill DSPARK
+layout; 0.5.23: with it)."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from pathlib import Path
+
+import pytest
+from checkpoints import FIXTURES, write_checkpoint
+from released_checkpoints import RELEASED
+
+from sglang_dspark_plugin.architectures import DSPARK_ARCHITECTURES, SGLANG_DSPARK_ARM
+from sglang_dspark_plugin.errors import DsparkHarvestError, GeometryError
+from sglang_dspark_plugin.harvest import ENV_VAR, DsparkHarvest
+from sglang_dspark_plugin.serving import (
+    DFLASH,
+    DSPARK,
+    LaunchRequest,
+    ServePlan,
+    ServeRefusal,
+    SglangSupport,
+    make_plan,
+)
+from sglang_dspark_plugin.serving.plan import ZERO_MARKOV_HEAD
+
+ALL_FIXTURES = {**FIXTURES, **RELEASED}  # the census fixtures and the released formats
+SUPPORTS = {v: SglangSupport.for_version(v) for v in ("0.5.17", "0.5.23")}
+ENVS = (None, "dflash", "dspark")
+EMBEDDED_BUILTIN = {  # drafter -> (builtin, sample_from_anchor, verify window) where it is served
+    "drafter-dflash": ("DFLASH", None, 8),
+    "drafter-dspark": ("DSPARK", True, 9),
+    "drafter-dspark-markov": ("DSPARK", True, 8),
+    "drafter-dspark-maskfill": ("DSPARK", False, 8),
+}
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("plan-fixtures")
+    return {name: write_checkpoint(root, fx) for name, fx in ALL_FIXTURES.items()}
+
+
+def _plan(draft: str | Path, version: str, env: str | None = None, **flags: object) -> ServePlan:
+    return make_plan(LaunchRequest(draft=str(draft), harvest_env=env, **flags), SUPPORTS[version])  # type: ignore[arg-type]
+
+
+def _check_plan(plan: ServePlan, expected_arm: str, version: str) -> None:
+    """What every plan must say, whatever the drafter."""
+    g = plan.geometry
+    assert plan.harvest.name() == expected_arm
+    assert g.verify_window == g.gamma + 1 and plan.manifest["harvest"] == expected_arm
+    declared = plan.declared_args
+    assert declared["speculative_algorithm"] == plan.builtin in (DFLASH, DSPARK)
+    assert declared["speculative_num_draft_tokens"] == g.verify_window
+    if expected_arm == "dspark":
+        assert plan.builtin == DSPARK and plan.layout.sample_from_anchor is True
+    mask_fill_dspark = plan.layout.mask_fill_dspark
+    assert mask_fill_dspark == (expected_arm == "dflash" and plan.builtin == DSPARK)
+    assert not mask_fill_dspark or SUPPORTS[version].mask_fill_dspark  # 0.5.17 has no such layout
+    # DSPARK's gamma flag: b-1 for a mask-fill DSpark drafter, else the builtin reads the checkpoint
+    assert declared.get("speculative_dspark_block_size") == (g.gamma if mask_fill_dspark else None)
+    head = plan.served_markov_head
+    assert (head is None) == (plan.builtin == DFLASH)
+    if head is not None:
+        assert head[0] >= 1 and head[1] in ("vanilla", "gated", "rnn")
+        assert head == ZERO_MARKOV_HEAD or plan.cfg.markov_head is not None
+    if plan.builtin == DSPARK:
+        assert plan.cfg.mask_token_id is not None
+        assert any(a in SGLANG_DSPARK_ARM for a in plan.architectures)
+    if plan.builtin == DFLASH and plan.cfg.markov_head is not None:
+        assert not any(a in DSPARK_ARCHITECTURES for a in plan.architectures)  # a head never dropped
+    # carried to the schedulers as it is (spawn pickles, the draft worker deep-copies)
+    assert pickle.loads(pickle.dumps(plan)) == plan and copy.deepcopy(plan) == plan
+
+
+@pytest.mark.parametrize("version", SUPPORTS)
+@pytest.mark.parametrize("env", ENVS, ids=lambda v: f"env={v!r}")
+@pytest.mark.parametrize("name", sorted(ALL_FIXTURES))
+def test_the_plan_of_every_fixture(name: str, env: str | None, version: str, folders) -> None:
+    fx = ALL_FIXTURES[name]
+    try:
+        plan = _plan(folders[name], version, env)
+    except DsparkHarvestError as err:
+        assert isinstance(err, ValueError), "sglang shows argument errors as ValueError"
+        if fx.expect in ("unsupported", "invalid"):
+            assert err.kind == fx.expect
+        elif env is None and fx.expect == "conflict":
+            assert err.kind == "conflict" and ENV_VAR in err.message  # the message names the override
+        else:  # the census resolved: only a servability refusal may stop it, and it says where
+            assert err.kind in ("unsupported", "invalid") and err.where
+        return
+    assert fx.expect not in ("unsupported", "invalid") and not (env is None and fx.expect == "conflict")
+    _check_plan(plan, env or fx.expect, version)
+    assert plan.resolution.source == ("env" if env is not None else fx.expect_source)
+    if fx.block_size is not None:
+        assert plan.geometry.block_size == fx.block_size
+
+
+@pytest.mark.parametrize("version", SUPPORTS)
+@pytest.mark.parametrize("drafter", sorted(EMBEDDED_BUILTIN))
+def test_the_plan_of_every_embedded_drafter(drafter: str, version: str) -> None:
+    from sglang_dspark_plugin.embedded import EMBEDDED
+
+    builtin, sample_from_anchor, window = EMBEDDED_BUILTIN[drafter]
+    request = LaunchRequest(draft=str(EMBEDDED.root / drafter), target=str(EMBEDDED.target))
+    if sample_from_anchor is False and not SUPPORTS[version].mask_fill_dspark:
+        with pytest.raises(ServeRefusal, match="0.5.23") as info:
+            make_plan(request, SUPPORTS[version])
+        assert info.value.kind == "unsupported"
+        return
+    plan = make_plan(request, SUPPORTS[version])
+    assert (plan.builtin, plan.layout.sample_from_anchor, plan.geometry.verify_window) == (
+        builtin,
+        sample_from_anchor,
+        window,
+    )
+    _check_plan(plan, plan.cfg.verdict or "dflash", version)
+
+
+def test_the_plan_reads_no_process_environment(folders, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The settings are part of the request: a variable set in the process decides nothing here."""
+    monkeypatch.setenv(ENV_VAR, "dspark")
+    plan = _plan(folders["specforge_dflash"], "0.5.23")
+    assert plan.harvest is DsparkHarvest.DFLASH and plan.resolution.source == "census"
+    forced = _plan(folders["specforge_dflash"], "0.5.23", env="dspark")
+    assert forced.harvest is DsparkHarvest.DSPARK and forced.resolution.warnings
+
+
+def test_a_launch_request_maps_sglangs_argument_names() -> None:
+    args = {
+        "speculative_draft_model_path": "org/draft",
+        "speculative_draft_model_revision": "abc123",
+        "model_path": "/t",
+        "speculative_num_draft_tokens": 8,
+        "speculative_dflash_block_size": None,
+        "speculative_dspark_block_size": "8",
+        "disaggregation_mode": "null",
+    }
+    request = LaunchRequest.of(args, {ENV_VAR: "dflash", "MEMRA_DSPARK_MANIFEST": "/m.json"})
+    assert (request.draft, request.draft_revision, request.target) == ("org/draft", "abc123", "/t")
+    assert request.block_size_flags() == {
+        "--speculative-dflash-block-size": None,
+        "--speculative-dspark-block-size": "8",
+    }
+    assert (request.harvest_env, request.manifest_path) == ("dflash", "/m.json")
+    assert LaunchRequest.of({}, {}).draft is None
+
+
+def test_sglang_support_by_version() -> None:
+    assert SglangSupport.for_version("0.5.17").mask_fill_dspark is False
+    assert SglangSupport.for_version("0.5.23").mask_fill_dspark is True
+    assert SglangSupport.for_version("0.6.0rc1").mask_fill_dspark is True
+
+
+def test_refusals_name_the_flag(folders) -> None:
+    draft = folders["specforge_dflash"]
+    with pytest.raises(DsparkHarvestError, match="needs a draft checkpoint"):
+        make_plan(LaunchRequest(draft=None), SUPPORTS["0.5.23"])
+    with pytest.raises(GeometryError) as info:
+        _plan(draft, "0.5.23", num_draft_tokens=9)  # wider than the trained block of 4
+    assert info.value.where == "--speculative-num-draft-tokens"
+    with pytest.raises(GeometryError, match="disagree"):
+        _plan(draft, "0.5.23", num_draft_tokens=3, dflash_block_size=2)
+    with pytest.raises(DsparkHarvestError, match="is not a block size") as bad:
+        _plan(draft, "0.5.23", num_draft_tokens="eight")
+    assert bad.value.where == "--speculative-num-draft-tokens"
+    with pytest.raises(ServeRefusal, match="disaggregation") as pd:
+        _plan(draft, "0.5.23", disaggregation_mode="decode")
+    assert pd.value.kind == "unsupported"
+
+
+@pytest.mark.parametrize(
+    ("drafter", "flags", "gamma", "declared_gamma"),
+    [
+        ("drafter-dflash", {"dflash_block_size": 4}, 3, None),
+        ("drafter-dflash", {"num_draft_tokens": 5}, 4, None),
+        ("drafter-dspark-markov", {"dspark_block_size": 4}, 4, 4),
+        ("drafter-dspark-markov", {"num_draft_tokens": 5}, 4, 4),  # DSPARK needs its gamma flag then
+        ("drafter-dspark-maskfill", {"dspark_block_size": 3}, 3, 3),
+        ("drafter-dspark-maskfill", {"dspark_block_size": 7}, 7, 7),  # the trained gamma, b-1: not narrower
+    ],
+)
+def test_a_narrower_width_is_served_in_its_builtins_terms(drafter, flags, gamma, declared_gamma) -> None:
+    from sglang_dspark_plugin.embedded import EMBEDDED
+
+    plan = _plan(EMBEDDED.root / drafter, "0.5.23", **flags)
+    assert plan.geometry.gamma == gamma and plan.geometry.verify_window == gamma + 1
+    assert plan.declared_args.get("speculative_dspark_block_size") == declared_gamma
+    assert plan.narrowed == (gamma != _plan(EMBEDDED.root / drafter, "0.5.23").geometry.gamma)
+    rows = plan.geometry.harvested_rows
+    assert plan.geometry.trained_offsets == tuple(range(1, gamma + 1)) and len(rows) == gamma  # aligned
+
+
+def test_a_markov_head_only_the_tensors_declare(tmp_path) -> None:
+    """The census keeps the head itself (rank, type, who declared it): the plan serves it as sglang's
+    DSPARK reads it, for the shifted arm and for the mask-fill layout alike."""
+    from checkpoints import Fixture
+
+    base = FIXTURES["specforge_dspark"]
+    keys = ("markov_rank", "markov_head_type")
+    nested = {k: v for k, v in base.config["dflash_config"].items() if k not in keys}
+    fx = Fixture("tensors_only", {**base.config, "dflash_config": nested}, base.tensors, base.expect)
+    draft = write_checkpoint(tmp_path, fx)
+    shifted = _plan(draft, "0.5.23")
+    head = shifted.cfg.markov_head
+    assert shifted.cfg.markov_rank is None and head is not None
+    assert (head.rank, head.head_type, head.declared_by) == (8, "gated", "tensors")
+    assert shifted.served_markov_head == (8, "gated") and shifted.manifest["markov_head"]["rank"] == 8
+    mask_fill = _plan(draft, "0.5.23", env="dflash")
+    assert mask_fill.layout.mask_fill_dspark and mask_fill.served_markov_head == (8, "gated")
+    with pytest.raises(ServeRefusal, match="0.5.23"):
+        _plan(draft, "0.5.17", env="dflash")
