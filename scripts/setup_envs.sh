@@ -12,22 +12,23 @@ VENVS="${DSPARK_VENVS:-$HOME/.cache/sglang-dspark-plugin/venvs}"
 PY="${PYTHON:-python3}"
 mkdir -p "$VENVS"
 
-# torch 2.13.0 is the CPU build; a bare "torch" would pull a multi-GB CUDA build.
-MAIN_REQS=("torch==2.13.0" "transformers>=4.56,<6" "safetensors>=0.4" "huggingface_hub>=0.24"
-           "tqdm>=4.66" "matplotlib>=3.7" "pytest>=8" "hypothesis>=6.100" "ruff>=0.6" "mypy>=1.10"
-           "pyyaml>=6" "prometheus_client>=0.17")
-TEST_REQS=("pytest>=8" "hypothesis>=6.100" "pyyaml>=6")
+# What each environment installs is read from pyproject.toml (its extras and [tool.sglang-dspark-plugin.envs]
+# pins; scripts/env_spec.py), so the test environments install the package's own extras and the pins live
+# in one place.
+spec() { "$PY" scripts/env_spec.py "$@"; }
 
-make_env() {  # name, requirement...
-  local name="$1"; shift
-  local dir="$VENVS/$name" stamp
-  stamp="$(printf '%s\n' "$@" | sha256sum | cut -c1-16)"
+make_env() {  # name
+  local name="$1"
+  local dir="$VENVS/$name" stamp listed reqs
+  stamp="$(spec stamp "$name")"
+  listed="$(spec requirements "$name")"
+  mapfile -t reqs <<<"$listed"
   if [ ! -f "$dir/.stamp" ] || [ "$(cat "$dir/.stamp")" != "$stamp" ]; then
-    echo "[setup] creating $name in $dir (this can take several minutes)"
+    echo "[setup] creating $name in $dir: ${reqs[*]} (this can take several minutes)"
     rm -rf "$dir"
     "$PY" -m venv "$dir"
     "$dir/bin/python" -m pip install -q --upgrade pip
-    "$dir/bin/python" -m pip install -q "$@"
+    "$dir/bin/python" -m pip install -q "${reqs[@]}"
     echo "$stamp" > "$dir/.stamp"
   fi
   # The checkout itself: editable, so the entry points point here. Dependencies are already in place.
@@ -36,27 +37,18 @@ make_env() {  # name, requirement...
   echo "[setup] $name ready: $("$dir/bin/python" -c 'import sys; print(sys.version.split()[0])')"
 }
 
-setup_one() {
-  case "$1" in
-    main) make_env main "${MAIN_REQS[@]}" ;;
-    sglang-0.5.23) make_env sglang-0.5.23 "sglang==0.5.23" "${TEST_REQS[@]}" ;;
-    sglang-0.5.17) make_env sglang-0.5.17 "sglang==0.5.17" "${TEST_REQS[@]}" ;;
-  esac
-}
-
+known="$(spec names)"
 want=("$@")
-[ ${#want[@]} -eq 0 ] && want=(main sglang-0.5.23 sglang-0.5.17)
+[ ${#want[@]} -eq 0 ] && mapfile -t want <<<"$known"
 for env in "${want[@]}"; do
-  case "$env" in
-    main|sglang-0.5.23|sglang-0.5.17) ;;
-    *) echo "unknown environment '$env' (expected main, sglang-0.5.23 or sglang-0.5.17)" >&2; exit 2 ;;
-  esac
+  grep -qxF -- "$env" <<<"$known" \
+    || { echo "unknown environment '$env' (expected one of: $(echo $known))" >&2; exit 2; }
 done
 # The environments are independent and their creation is mostly download and unpacking: create them
 # side by side (a fresh machine then waits for the slowest, not the sum).
 pids=()
 for env in "${want[@]}"; do
-  setup_one "$env" &
+  make_env "$env" &
   pids+=($!)
 done
 failed=0

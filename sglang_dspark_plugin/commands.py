@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
@@ -15,6 +16,7 @@ EXIT_REFUSED = 2
 
 
 JSON_HELP = "print one JSON object instead of text"
+HELP_WIDTH = 100
 
 
 def add_command(
@@ -25,10 +27,17 @@ def add_command(
     description: str,
     run: Callable[..., int],
     json_flag: bool = True,
+    epilog: str | None = None,
 ) -> argparse.ArgumentParser:
     """Register the subcommand ``name``, which ``run`` runs, with a ``--json`` flag unless told not to;
-    its other arguments are the caller's to add."""
-    parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=description)
+    its other arguments are the caller's to add. ``epilog`` (examples, exit codes) is printed as written."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        name,
+        help=help,
+        description=textwrap.fill(description, HELP_WIDTH),  # filled here: the epilog is printed raw
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     if json_flag:
         parser.add_argument("--json", action="store_true", help=JSON_HELP)
     parser.set_defaults(func=run)

@@ -20,11 +20,15 @@ RUN_KEYS = {
     "accept_length",
     "sglang_meta_accept_length",
     "per_position",
+    "per_prompt_accepted",
+    "per_prompt_rounds",
     "exact_match",
     "tokens_per_s",
     "probe_verdict",
 }
 QUICK = ["--max-new-tokens", "10", "--num-prompts", "1", "--no-progress"]
+DECISIVE = ["--num-prompts", "5"]  # with QUICK's 10 tokens: enough for the embedded drafters' verdicts
+EXIT_INCONCLUSIVE = 4  # one prompt states no confidence
 
 
 def check_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:
@@ -58,7 +62,8 @@ def test_check_json_schema_on_the_embedded_models(
 ) -> None:
     monkeypatch.delenv("MEMRA_DSPARK_HARVEST", raising=False)
     code, report = check_json(capsys)
-    assert code == 0
+    assert code == EXIT_INCONCLUSIVE == report["exit_code"] and report["verdict"] == "inconclusive"
+    assert report["schema_version"] >= 2
     runs = report["runs"]
     folder = {p.name: name for name, p in EMBEDDED.drafters.items()}  # drafter (folder) -> embedded name
     assert len(folder) == len(DRAFTERS) == 4
@@ -75,7 +80,6 @@ def test_check_json_schema_on_the_embedded_models(
     assert report["ar_tokens_per_s"] > 0
     assert "uncapped" in report["accept_length_definition"]
     # one manifest per drafter, in EMBEDDED.drafters order, each at that drafter's own block size
-    assert report["manifest"] == report["manifests"][0]
     assert len(report["manifests"]) == len(DRAFTERS)
     for manifest, (name, path) in zip(report["manifests"], EMBEDDED.drafters.items(), strict=True):
         assert manifest["producer"] == "reference-engine"
@@ -115,7 +119,7 @@ def test_check_takes_each_drafter_census_once(
     real = census_module.census
     monkeypatch.setattr(census_module, "census", lambda path: calls.append(path) or real(path))
     code, _ = check_json(capsys)
-    assert code == 0
+    assert code == EXIT_INCONCLUSIVE
     assert sorted(calls) == sorted(str(p) for p in EMBEDDED.drafters.values())
 
 
@@ -123,7 +127,7 @@ def test_check_table_and_plot(capsys: pytest.CaptureFixture[str], tmp_path: Path
     png = tmp_path / "accept.png"
     code = main(["check", *QUICK, "--plot", str(png)])
     out = capsys.readouterr().out
-    assert code == 0
+    assert code == EXIT_INCONCLUSIVE
     header = next(line for line in out.splitlines() if line.startswith("drafter "))
     for column in (
         "strategy",
@@ -149,8 +153,8 @@ def test_check_on_local_checkpoints_recommends_a_harvest(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     draft = shutil.copytree(EMBEDDED.drafters["dspark"], tmp_path / "my-drafter")
-    code, report = check_json(capsys, "--target", str(EMBEDDED.target), "--draft", str(draft))
-    assert code == 0
+    code, report = check_json(capsys, *DECISIVE, "--target", str(EMBEDDED.target), "--draft", str(draft))
+    assert code == 0 and report["verdict"] == "serve-as-is"
     assert [(r["drafter"], r["harvest"]) for r in report["runs"]] == [
         ("my-drafter", "dflash"),
         ("my-drafter", "dspark"),
@@ -161,8 +165,10 @@ def test_check_on_local_checkpoints_recommends_a_harvest(
     (rec,) = report["recommendations"]
     accept = {r["harvest"]: r["accept_length"] for r in report["runs"]}
     assert accept[rec["harvest"]] == max(accept.values())  # ties go to the census
-    assert report["manifest"]["harvest"] == rec["harvest"]
-    assert report["manifest"]["checkpoint"] == str(draft)
+    assert rec["harvest"] == "dspark" and rec["comparison"]["low"] > 0 and rec["override"] is None
+    (manifest,) = report["manifests"]
+    assert manifest["harvest"] == rec["harvest"]
+    assert manifest["checkpoint"] == str(draft)
 
 
 def _refusal(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
@@ -224,7 +230,7 @@ def test_check_runs_a_speculators_format_drafter_like_its_original(
     reports = {}
     for name, draft in (("sf", original), ("spec", spec)):
         code, reports[name] = check_json(capsys, "--target", str(EMBEDDED.target), "--draft", str(draft))
-        assert code == 0
+        assert code == EXIT_INCONCLUSIVE  # exact (else 1); one prompt states no confidence
     for a, b in zip(reports["sf"]["runs"], reports["spec"]["runs"], strict=True):
         assert (a["harvest"], a["drafter_strategy"]) == (b["harvest"], b["drafter_strategy"])
         assert (a["accept_length"], a["per_position"], a["exact_match"]) == (
@@ -263,6 +269,7 @@ def test_a_non_exact_run_exits_1_and_says_why(
 ) -> None:
     from sglang_dspark_plugin.check import cli
     from sglang_dspark_plugin.check.report import CheckReport, RunRow, Settings
+    from sglang_dspark_plugin.check.verdicts import exit_code, overall
 
     run = RunRow(
         drafter="d",
@@ -272,6 +279,8 @@ def test_a_non_exact_run_exits_1_and_says_why(
         accept_length=2.0,
         sglang_meta_accept_length=None,
         per_position=(0.6, 0.4),
+        per_prompt_accepted=(2,),
+        per_prompt_rounds=(2,),
         exact_match=False,
         tokens_per_s=10.0,
         probe_verdict="aligned",
@@ -286,7 +295,11 @@ def test_a_non_exact_run_exits_1_and_says_why(
         threads=1,
         wall_s=0.1,
     )
+    verdict = overall([], exact=False)
     report = CheckReport(
+        schema_version=2,
+        verdict=verdict,
+        exit_code=exit_code(verdict),
         accept_length_definition="",
         runs=[run],
         ar_tokens_per_s=5.0,
@@ -295,6 +308,7 @@ def test_a_non_exact_run_exits_1_and_says_why(
         recommendations=[],
         probes=[],
         served=[],
+        targets=[],
         settings=settings,
     )
     monkeypatch.setattr(cli, "check", lambda args: report)

@@ -478,15 +478,16 @@ def test_check_measures_a_markov_drafter_exactly_and_reports_its_heads(tmp_path,
     draft = _embedded_with_markov_head(tmp_path, "markov-drafter")
     quick = ["--max-new-tokens", "12", "--num-prompts", "1", "--no-progress"]
     args = ["check", "--target", str(EMBEDDED.target), "--draft", str(draft), *quick]
-    assert main([*args, "--json"]) == 0
+    assert main([*args, "--json"]) == 4  # exact (else 1), and one prompt states no confidence
     report = json.loads(capsys.readouterr().out)
+    assert report["verdict"] == "inconclusive"
     assert sorted(r["harvest"] for r in report["runs"]) == ["dflash", "dspark"]
     assert all(r["exact_match"] for r in report["runs"])
     (described,) = report["drafters"]
     assert described["drafter"] == "markov-drafter" and described["strategy"] == "dspark"
     assert described["markov_head"] == {"type": "vanilla", "rank": RANK}
     assert described["confidence_head"]["with_markov"] is True
-    assert main(args) == 0
+    assert main(args) == 4
     text = capsys.readouterr().out
     assert "DSpark heads:" in text and "markov-drafter: Markov head vanilla, rank 8" in text
 

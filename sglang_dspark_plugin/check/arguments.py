@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..checkpoint_files import describe, is_dir, regular_file, stat_path
+from ..checkpoint_files import MAX_CONFIG_BYTES, describe, is_dir, read_json, regular_file, stat_path
 from ..errors import UsageError, printable
 from ..harvest import ENV_VAR, DsparkHarvest
 
@@ -17,13 +17,19 @@ if TYPE_CHECKING:
 
 DEFAULT_MAX_NEW_TOKENS = 64
 DTYPES = ("float32", "bfloat16", "float16")
+DTYPE_CHOICES = ("auto", *DTYPES)
 DEVICE_TYPES = ("cpu", "cuda")  # what the reference engine runs on
+DEVICE_HELP = (
+    "torch device: auto (CUDA when this torch sees a GPU, else cpu), cpu, cuda or cuda:N (default: auto)"
+)
 
 
 def torch_device(name: str) -> torch.device:
-    """``--device`` as a torch device the reference engine runs on (cpu, cuda, cuda:N), checked up front."""
+    """``--device`` as a torch device the reference engine runs on (auto, cpu, cuda, cuda:N), checked."""
     import torch
 
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() and torch.cuda.device_count() else "cpu")
     shown = printable(repr(name), 80)
     try:
         device = torch.device(name)
@@ -103,12 +109,69 @@ def check_plot_path(path: str) -> None:
         )
 
 
+def check_prompt(text: str) -> None:
+    """A ``--prompt`` must be text: bytes that are not UTF-8 reach Python as lone surrogates."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise UsageError(
+            f"--prompt {printable(repr(text), 80)} is not valid UTF-8 (byte {exc.start} of the argument); "
+            "pass the prompt as UTF-8 text.",
+            where="--prompt",
+        ) from exc
+    if not text.strip():
+        raise UsageError("--prompt is empty: give the text to decode from.", where="--prompt")
+
+
 def harvest_env() -> str | None:
     """``MEMRA_DSPARK_HARVEST`` as a server would read it; garbage is refused before any model loads."""
     value = os.environ.get(ENV_VAR)
     if value is not None:
         DsparkHarvest.from_env_value(value)  # HarvestEnvError (kind env): the server would refuse it
     return value
+
+
+def compute_dtype(name: str, device: torch.device, target: Path | None) -> str:
+    """``--dtype``: ``auto`` is the target checkpoint's dtype on CUDA (as sglang serves it), else float32
+    (on a CPU, and for the embedded models, whose drafters were trained on the float32 target)."""
+    if name != "auto":
+        return name
+    if device.type != "cuda" or target is None:
+        return "float32"
+    config = read_json(target / "config.json", "target config", MAX_CONFIG_BYTES, "fix or re-download it.")
+    declared = (config.get("torch_dtype") or config.get("dtype")) if isinstance(config, dict) else None
+    return declared if declared in DTYPES else "float32"
+
+
+def resolve_target(text: str) -> Path:
+    """``--target``: a local folder or a hub id in the local Hugging Face cache, as ``--draft`` takes."""
+    from ..census.locate import resolve_checkpoint
+
+    return resolve_checkpoint(text)
+
+
+def check_drafts(drafts: list[str]) -> list[str]:
+    """Every ``--draft``, each measured; the same checkpoint twice is refused (its runs would merge)."""
+    from ..census.locate import resolve_checkpoint
+
+    seen: dict[Path, str] = {}
+    for draft in drafts:
+        folder = resolve_checkpoint(draft).resolve()
+        if folder in seen:
+            raise UsageError(
+                f"--draft {printable(repr(draft), 120)} names the checkpoint --draft "
+                f"{printable(repr(seen[folder]), 120)} already names; give each drafter once.",
+                where="--draft",
+            )
+        seen[folder] = draft
+    names = [Path(d).name for d in drafts]
+    if len(set(names)) < len(names):
+        raise UsageError(
+            f"two --draft folders share a name ({', '.join(printable(n, 60) for n in names)}); the "
+            "report names each drafter by its folder: give them distinct folder names.",
+            where="--draft",
+        )
+    return drafts
 
 
 @dataclass(frozen=True)
@@ -118,6 +181,7 @@ class Checked:
     device: torch.device
     threads: int | None  # None: torch's own default
     env_value: str | None  # MEMRA_DSPARK_HARVEST as a server would read it
+    drafts: list[Path]  # every --draft, in order (empty for the embedded models)
 
 
 def check_arguments(args: argparse.Namespace) -> Checked:
@@ -134,17 +198,26 @@ def check_arguments(args: argparse.Namespace) -> Checked:
         )
     if args.num_prompts is not None and args.num_prompts < 1:
         raise UsageError(f"--num-prompts {args.num_prompts}: must be at least 1.", where="--num-prompts")
+    for prompt in args.prompt or ():
+        check_prompt(prompt)
     device = torch_device(args.device)
     threads = threads_for(args.threads, embedded=args.target is None)
     if args.plot:
         check_plot_path(args.plot)
-    return Checked(device, threads, harvest_env())
+    drafts = [Path(d) for d in check_drafts(args.draft)] if args.draft else []
+    return Checked(device, threads, harvest_env(), drafts)
 
 
 __all__ = [
     "DEFAULT_MAX_NEW_TOKENS",
     "DTYPES",
+    "DTYPE_CHOICES",
     "DEVICE_TYPES",
+    "DEVICE_HELP",
+    "check_drafts",
+    "check_prompt",
+    "compute_dtype",
+    "resolve_target",
     "Checked",
     "check_arguments",
     "check_plot_path",

@@ -1,37 +1,56 @@
-"""``dspark-harvest check``: measure a drafter under both harvests on the reference engine.
+"""``dspark-harvest check``: measure drafters under both harvests on the reference engine.
 
-With no arguments it runs the embedded tiny target with every embedded drafter (``EMBEDDED.drafters``:
-one per training strategy without a Markov head, and a SpecForge-shaped DSpark drafter with one, each
-at its own block size) under each harvest, plus plain autoregressive decoding, on the embedded fixed
-prompts: the postmortem in miniature (the matched harvest accepts more, every run stays exact). With
-``--target PATH --draft PATH`` it does the same for any local checkpoints and recommends a harvest.
-
-Timing is side by side: after a warm-up, every prompt is decoded by every arm in turn, so a change in
-machine load hits all arms alike. Exit code 0 on success, 1 if a run was not exact (an engine bug),
-2 on a refusal (a typed error naming what to fix).
+With no arguments it runs the embedded tiny target with every embedded drafter (``EMBEDDED.drafters``)
+under each harvest, plus plain autoregressive decoding, on the embedded fixed prompts: the postmortem in
+miniature. With ``--target T --draft D [--draft D2 ...]`` it does the same for any checkpoints (local
+folders, or hub ids in the local Hugging Face cache), and gives each drafter a verdict with a stated
+confidence; the exit code is the overall verdict's (``verdicts.py``), so a pipeline can act on it.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..commands import EXIT_OK, EXIT_REFUSED, add_command, emit, refuse
 from ..errors import DsparkHarvestError
-from .arguments import DEFAULT_MAX_NEW_TOKENS, DTYPES, check_arguments
+from .arguments import (
+    DEFAULT_MAX_NEW_TOKENS,
+    DEVICE_HELP,
+    DTYPE_CHOICES,
+    check_arguments,
+    compute_dtype,
+    resolve_target,
+)
 from .conclusions import build_report
+from .confidence import CONFIDENCE, MIN_PROMPTS
 from .measure import load_drafter_for, measure
 from .plot import plot
-from .report import CheckReport, Settings
+from .report import CheckReport, Settings, report_schema
 from .target import encode_prompts, load_target, memory_guard
 from .text import format_report
+from .verdicts import EXIT_NOT_EXACT, exit_codes_text
 
 if TYPE_CHECKING:
     from ..draft_config import DflashCfg
 
-EXIT_NOT_EXACT = 1
+EPILOG = f"""examples:
+  dspark-harvest check                                   the embedded tiny models, no download
+  dspark-harvest check --target TARGET --draft DRAFT     a checkpoint of your own (folder or cached hub id)
+  dspark-harvest check --target T --draft A --draft B    several drafters of one target, each measured
+  dspark-harvest check --target T --draft D --json | jq .verdict
+  dspark-harvest check --schema                          the JSON Schema of --json
+
+verdict: per drafter, the paired difference of accept lengths over the prompts (dspark - dflash) with a
+{CONFIDENCE:.0%} bootstrap interval; it decides only when the interval excludes 0 and at least {MIN_PROMPTS}
+prompts were decoded, else the verdict is inconclusive.
+
+exit codes (the worst verdict over the drafters; also "verdict" and "exit_code" in --json):
+{exit_codes_text()}
+"""
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -39,22 +58,38 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = add_command(
         subparsers,
         "check",
-        help="measure a drafter under both harvests: accept length, probe, exactness, speed",
+        help="measure a drafter under both harvests: verdict with confidence, accept length, probe, speed",
         description=(
-            "Decode fixed prompts with the target alone and with the drafter under each harvest "
+            "Decode fixed prompts with the target alone and with each drafter under each harvest "
             "(dflash: rows 1..b-1, dspark: rows 0..b-1) at temperature 0, and report accept length, "
             "per-position acceptance, the offset probe, exactness against the target's own greedy "
-            "output, tokens/s and speedup. No arguments: the embedded tiny target and drafters."
+            "output, tokens/s, speedup, and a verdict: serve as is, the served harvest contradicts "
+            "the measurement (with the override), or inconclusive. No arguments: the embedded tiny "
+            "target and drafters."
         ),
         run=run,
         json_flag=False,  # --json takes its place among the options below
+        epilog=EPILOG,
     )
-    parser.add_argument("--target", metavar="PATH", help="target: a local Hugging Face causal-LM folder")
     parser.add_argument(
-        "--draft", metavar="PATH", help="drafter: a local z-lab / SpecForge checkpoint folder"
+        "--target",
+        metavar="PATH",
+        help="target: a Hugging Face causal-LM folder, or a hub id in the local cache",
     )
-    parser.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default: cpu)")
-    parser.add_argument("--dtype", choices=DTYPES, default="float32", help="compute dtype (default: float32)")
+    parser.add_argument(
+        "--draft",
+        metavar="PATH",
+        action="append",
+        help="drafter: a z-lab / SpecForge checkpoint folder or cached hub id (repeatable: each is measured)",
+    )
+    parser.add_argument("--device", default="auto", help=DEVICE_HELP)
+    parser.add_argument(
+        "--dtype",
+        choices=DTYPE_CHOICES,
+        default="auto",
+        help="compute dtype (default auto: the target checkpoint's dtype on CUDA, float32 on CPU and for "
+        "the embedded models; exactness is only guaranteed in float32)",
+    )
     parser.add_argument(
         "--max-new-tokens",
         type=int,
@@ -70,8 +105,18 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="TEXT",
         help="a prompt to decode (repeatable; default: the embedded fixed prompts)",
     )
+    _add_outputs(parser)
+    _add_progress(parser)
+    return parser
+
+
+def _add_outputs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--schema", action="store_true", help="print the JSON Schema of --json and exit")
     parser.add_argument("--plot", metavar="FILE.png", help="draw per-position acceptance with matplotlib")
+
+
+def _add_progress(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--threads",
         type=int,
@@ -79,8 +124,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="CPU threads for torch (default: 1 for the embedded tiny models, where more threads only add "
         "synchronisation, torch's own default with --target)",
     )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    return parser
+    progress = parser.add_mutually_exclusive_group()
+    progress.add_argument(
+        "--progress", action="store_true", help="progress on stderr (default: only when stderr is a terminal)"
+    )
+    progress.add_argument("--no-progress", action="store_true", help="no progress on stderr")
 
 
 def _censuses(drafts: list[Path]) -> list[DflashCfg]:
@@ -92,6 +140,13 @@ def _censuses(drafts: list[Path]) -> list[DflashCfg]:
     for cfg in cfgs:
         check_engine_can_draft(cfg)
     return cfgs
+
+
+def _show_progress(args: argparse.Namespace) -> bool:
+    if args.progress or args.no_progress:
+        return bool(args.progress)
+    isatty = getattr(sys.stderr, "isatty", None)
+    return bool(isatty and isatty())  # a pipe or a log file gets no carriage-return updates
 
 
 def _check_max_new_tokens(target: str, max_new_tokens: int) -> None:
@@ -111,38 +166,38 @@ def check(args: argparse.Namespace) -> CheckReport:
     """Run the check described by ``args``; returns the report (raises the typed errors)."""
     import torch
 
+    from ..embedded import EMBEDDED
     from ..engine.context import check_context, target_context
 
     checked = check_arguments(args)
     if checked.threads is not None:
         torch.set_num_threads(checked.threads)
-    dtype = getattr(torch, args.dtype)
-
-    from ..embedded import EMBEDDED
-
-    if args.target is None:
+    embedded = args.target is None
+    if embedded:
         target_path, drafts = str(EMBEDDED.target), list(EMBEDDED.drafters.values())
     else:
-        target_path, drafts = args.target, [Path(args.draft)]
+        target_path, drafts = str(resolve_target(args.target)), checked.drafts
     cfgs = _censuses(drafts)  # the census first: a refused drafter should not cost a model load
     _check_max_new_tokens(target_path, args.max_new_tokens)  # nor --max-new-tokens past the context
-    target, tokenizer = load_target(target_path, checked.device, dtype)
+    dtype_name = compute_dtype(args.dtype, checked.device, None if embedded else Path(target_path))
+    dtype = getattr(torch, dtype_name)
+    progress = _show_progress(args)
+    target, tokenizer = load_target(target_path, checked.device, dtype, progress=progress)
     drafters = [
         load_drafter_for(Path(p).name, cfg, target, tokenizer, checked.device, dtype)
         for p, cfg in zip(drafts, cfgs, strict=True)
     ]
-    prompts = encode_prompts(tokenizer, (args.prompt or list(EMBEDDED.prompts))[: args.num_prompts])
+    vocab = target.get_input_embeddings().num_embeddings
+    prompts = encode_prompts(tokenizer, (args.prompt or list(EMBEDDED.prompts))[: args.num_prompts], vocab)
     context, block = target_context(target.config.to_dict()), max(c.block_size or 0 for c in cfgs)
     check_context(context, [len(p) for p in prompts], args.max_new_tokens, block)  # before any prefill
     with memory_guard("measuring"):
-        runs, ar_tps, wall = measure(
-            target, drafters, prompts, args.max_new_tokens, progress=not args.no_progress
-        )
+        runs, ar_tps, wall = measure(target, drafters, prompts, args.max_new_tokens, progress=progress)
     settings = Settings(
         target=target_path,
-        embedded=args.target is None,
+        embedded=embedded,
         device=str(checked.device),
-        dtype=args.dtype,
+        dtype=dtype_name,
         prompts=len(prompts),
         max_new_tokens=args.max_new_tokens,
         threads=torch.get_num_threads(),
@@ -152,8 +207,11 @@ def check(args: argparse.Namespace) -> CheckReport:
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    """Run ``check``; returns the exit code (0; 1 if a run was not exact; 2 on a refusal)."""
+    """Run ``check``; returns the exit code of its overall verdict (``--help`` lists them)."""
     out = sys.stdout if out is None else out
+    if args.schema:
+        print(json.dumps(report_schema(), indent=2), file=out)
+        return EXIT_OK
     try:
         report = check(args)
         if args.plot:
@@ -163,7 +221,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     emit(out, args.json, report.to_json, lambda: format_report(report))
     if args.plot and not args.json:
         print(f"\nplot written to {args.plot}", file=out)
-    return EXIT_OK if report.exact else EXIT_NOT_EXACT
+    return report.exit_code
 
 
-__all__ = ["EXIT_OK", "EXIT_NOT_EXACT", "EXIT_REFUSED", "add_parser", "check", "run"]
+__all__ = ["EXIT_OK", "EXIT_NOT_EXACT", "EXIT_REFUSED", "EPILOG", "add_parser", "check", "run"]

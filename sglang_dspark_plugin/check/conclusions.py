@@ -1,37 +1,88 @@
-"""From the measured runs to the report: the harvest to serve, what sglang serves now, the manifests."""
+"""From the measured runs to the report: each drafter's verdict, what sglang serves now, the manifests."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CensusConflictError
-from ..harvest import DsparkHarvest, Resolution
-from .report import CheckReport, DrafterInfo, ProbeRow, Recommendation, RunRow, Served, Settings
+from ..harvest import ENV_VAR, DsparkHarvest, Resolution
+from .confidence import Comparison, compare
+from .report import (
+    SCHEMA_VERSION,
+    CheckReport,
+    DrafterInfo,
+    ProbeRow,
+    Recommendation,
+    RunRow,
+    Served,
+    Settings,
+    TargetResult,
+)
+from .targets import grade
+from .verdicts import CONTRADICTS, INCONCLUSIVE, SERVE_AS_IS, exit_code, overall
 
 if TYPE_CHECKING:
     from ..draft_config import DflashCfg
     from .measure import Drafter, Run
 
+NO_FIT = 1.1
+"""Below this accept length under both harvests, neither fits: the drafter does not fit the target."""
 
-def recommend(drafter: Drafter, runs: list[Run]) -> Recommendation:
-    """The harvest that accepts more, and how it relates to what the census says."""
-    mine = {r.harvest: r.telemetry.mean_accept_length() or 1.0 for r in runs if r.drafter is drafter}
-    best = max(mine, key=lambda h: (mine[h], h.name() == drafter.strategy))
-    other = next(h for h in mine if h is not best)
-    measured = f"accept length {mine[best]:.2f} under {best.name()} vs {mine[other]:.2f} under {other.name()}"
-    env = f"MEMRA_DSPARK_HARVEST={best.name()}"
-    if mine[best] < 1.1:
-        advice = f"neither harvest accepts ({measured}): this drafter does not fit this target"
-    elif drafter.strategy == best.name():
-        advice = f"serve as is: the census says {best.name()} and the measurement agrees ({measured})"
-    elif drafter.strategy is None:
-        advice = f"serve with {env}: {drafter.census_note}; the measurement decides ({measured})"
-    else:
-        advice = (
-            f"the census says {drafter.strategy} but {best.name()} accepts more ({measured}); check the "
-            f"checkpoint's config, and serve with {env} if it is right"
+
+def _advice(verdict: str, best: DsparkHarvest, drafter: Drafter, now: Served, measured: str) -> str:
+    if verdict == INCONCLUSIVE:
+        return f"inconclusive ({measured}): decode more prompts (--prompt, up to all --num-prompts) to decide"
+    if verdict == SERVE_AS_IS:
+        return (
+            f"serve as is: DSPARK_HARVEST serves {best.name()} ({now.source}) and the measurement agrees "
+            f"({measured})"
         )
-    return Recommendation(drafter.name, best, drafter.strategy, advice, drafter.sglang_cannot_serve)
+    served = f"serves {now.harvest} ({now.source})" if now.harvest else "refuses it at startup"
+    if drafter.strategy is None:
+        why = f"; {drafter.census_note}"
+    elif drafter.strategy != best.name():
+        why = f"; the census says {drafter.strategy}: check the checkpoint's config"
+    else:
+        why = ""
+    fix = f"serve with {ENV_VAR}={best.name()}"
+    return f"DSPARK_HARVEST {served} but {best.name()} accepts more ({measured}){why}; {fix}"
+
+
+def recommend(drafter: Drafter, runs: list[Run], now: Served) -> Recommendation:
+    """The verdict on one drafter: the paired comparison of its two runs against what is served now."""
+    mine = {r.harvest: r for r in runs if r.drafter is drafter}
+    lengths = {h: r.telemetry.mean_accept_length() or 1.0 for h, r in mine.items()}
+    comparison: Comparison = compare(
+        mine[DsparkHarvest.DFLASH].per_prompt, mine[DsparkHarvest.DSPARK].per_prompt
+    )
+    best = comparison.decided or max(lengths, key=lambda h: (lengths[h], h.name() == drafter.strategy))
+    other = next(h for h in lengths if h is not best)
+    measured = (
+        f"accept length {lengths[best]:.2f} under {best.name()} vs {lengths[other]:.2f} under {other.name()}"
+    )
+    if lengths[best] < NO_FIT:
+        verdict, advice = (
+            INCONCLUSIVE,
+            f"neither harvest accepts ({measured}): this drafter does not fit this target",
+        )
+    elif comparison.decided is None:
+        verdict = INCONCLUSIVE
+        advice = _advice(verdict, best, drafter, now, measured)
+    else:
+        verdict = SERVE_AS_IS if now.harvest == best.name() else CONTRADICTS
+        advice = _advice(verdict, best, drafter, now, measured)
+    override = f"{ENV_VAR}={best.name()}" if verdict == CONTRADICTS else None
+    return Recommendation(
+        drafter=drafter.name,
+        verdict=verdict,
+        harvest=best,
+        census=drafter.strategy,
+        served=now.harvest,
+        override=override,
+        comparison=comparison,
+        advice=advice,
+        sglang_cannot_serve=drafter.sglang_cannot_serve,
+    )
 
 
 def served(name: str, cfg: DflashCfg, env_value: str | None) -> Served:
@@ -81,10 +132,16 @@ def build_report(
     with ``MEMRA_DSPARK_HARVEST`` as it is now (``env_value``), or why it would refuse."""
     from ..telemetry import ACCEPT_LENGTH_DEFINITION
 
-    recommendations = [recommend(d, runs) for d in drafters]
+    now = [served(d.name, d.cfg, env_value) for d in drafters]
+    recommendations = [recommend(d, runs, s) for d, s in zip(drafters, now, strict=True)]
+    rows = [RunRow.of(r) for r in runs]
+    verdict = overall((r.verdict for r in recommendations), all(r.exact_match for r in rows))
     return CheckReport(
+        schema_version=SCHEMA_VERSION,
+        verdict=verdict,
+        exit_code=exit_code(verdict),
         accept_length_definition=ACCEPT_LENGTH_DEFINITION,
-        runs=[RunRow.of(r) for r in runs],
+        runs=rows,
         ar_tokens_per_s=ar_tokens_per_s,
         manifests=[
             _manifest(d, rec.harvest, runs, settings.target)
@@ -92,10 +149,11 @@ def build_report(
         ],
         drafters=[DrafterInfo.of(d.name, d.strategy, d.model.describe()) for d in drafters],
         recommendations=recommendations,
-        probes=[ProbeRow(r.drafter.name, r.harvest, r.probe) for r in runs],
-        served=[served(d.name, d.cfg, env_value) for d in drafters],
+        probes=[ProbeRow.of(r.drafter.name, r.harvest, r.probe) for r in runs],
+        served=now,
+        targets=[TargetResult(*graded) for graded in grade(rows, ar_tokens_per_s)],
         settings=settings,
     )
 
 
-__all__ = ["recommend", "served", "served_by_sglang", "build_report"]
+__all__ = ["NO_FIT", "recommend", "served", "served_by_sglang", "build_report"]

@@ -81,6 +81,8 @@ class Run:
     counts: ProbeCounts = field(default_factory=_no_counts)
     outputs: list[list[int]] = field(default_factory=list)
     meta_lengths: list[float] = field(default_factory=list)  # sglang's meta_info figure, per request
+    per_prompt: list[tuple[int, int]] = field(default_factory=list)  # (accepted drafts, rounds) per prompt
+    _counted: tuple[int, int] = (0, 0)  # the telemetry's (request rounds, accepted drafts) so far
 
     @property
     def matched(self) -> bool:
@@ -108,6 +110,11 @@ class Run:
         if gen.sglang_meta_accept_length is not None:
             self.meta_lengths.append(gen.sglang_meta_accept_length)
         self.counts = self.counts + probe_counts(gen.probe_rounds, prompt + reference)
+        # this prompt's accept length: what the shared telemetry counted during this generation
+        rounds, accepted = self.telemetry.request_rounds, self.telemetry.accepted_drafts
+        new_rounds, new_accepted = rounds - self._counted[0], accepted - self._counted[1]
+        self.per_prompt.append((new_accepted, new_rounds))
+        self._counted = (rounds, accepted)
 
 
 def _new_runs(drafters: list[Drafter]) -> list[Run]:

@@ -1,8 +1,8 @@
 """The report of one ``check``: typed rows the table, the targets and the plot read, and its JSON form.
 
-``CheckReport.to_json()`` is the ``--json`` object: ``accept_length_definition``, ``runs``,
-``ar_tokens_per_s``, ``manifest``, ``manifests``, ``drafters``, ``recommendations``, ``probes``,
-``served`` and ``settings``, in that order.
+``CheckReport.to_json()`` is the ``--json`` object; its JSON Schema (``report_schema()``, printed by
+``check --schema``) is derived from these dataclasses' fields, so the two cannot drift apart.
+``schema_version`` changes whenever a field is removed or changes meaning.
 """
 
 from __future__ import annotations
@@ -12,10 +12,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..harvest import DsparkHarvest
+from .confidence import Comparison
+from .jsonform import json_schema, to_json
+from .verdicts import Verdict
 
 if TYPE_CHECKING:
     from ..engine.probe import ProbeResult
     from .measure import Run
+
+SCHEMA_VERSION = 2
 
 
 def _harvest(name: str) -> DsparkHarvest:
@@ -25,9 +30,16 @@ def _harvest(name: str) -> DsparkHarvest:
     return harvest
 
 
+class JsonRecord:
+    """A dataclass whose JSON form is its fields (``jsonform.to_json``)."""
+
+    def to_json(self) -> Any:
+        return to_json(self)
+
+
 @dataclass(frozen=True)
-class RunRow:
-    """One drafter under one harvest, as measured (the run schema of ``--json``)."""
+class RunRow(JsonRecord):
+    """One drafter under one harvest, as measured."""
 
     drafter: str
     drafter_strategy: str | None  # what the census says; None when it cannot tell
@@ -36,6 +48,8 @@ class RunRow:
     accept_length: float
     sglang_meta_accept_length: float | None  # sglang's meta_info figure, averaged over the requests
     per_position: tuple[float, ...]
+    per_prompt_accepted: tuple[int, ...]  # accepted drafts per prompt: the paired samples of the interval
+    per_prompt_rounds: tuple[int, ...]  # request-rounds per prompt
     exact_match: bool
     tokens_per_s: float
     probe_verdict: str
@@ -52,6 +66,8 @@ class RunRow:
             accept_length=run.telemetry.mean_accept_length() or 1.0,
             sglang_meta_accept_length=sum(meta) / len(meta) if meta else None,
             per_position=tuple(run.telemetry.per_position_rates() or []),
+            per_prompt_accepted=tuple(a for a, _ in run.per_prompt),
+            per_prompt_rounds=tuple(n for _, n in run.per_prompt),
             exact_match=run.exact,
             tokens_per_s=run.tokens_per_s,
             probe_verdict=run.probe.verdict,
@@ -59,8 +75,9 @@ class RunRow:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RunRow:
-        """A row read back from a saved ``check --json`` object (one of an older release may lack
-        ``drafter_strategy``, ``sglang_meta_accept_length``, ``per_position`` or ``probe_verdict``)."""
+        """A row read back from a saved ``check --json`` object (one of an older release may lack the
+        fields added since: ``drafter_strategy``, ``sglang_meta_accept_length``, ``per_position``,
+        ``per_prompt_accepted``, ``per_prompt_rounds``, ``probe_verdict``)."""
         return cls(
             drafter=data["drafter"],
             drafter_strategy=data.get("drafter_strategy"),
@@ -69,40 +86,32 @@ class RunRow:
             accept_length=data["accept_length"],
             sglang_meta_accept_length=data.get("sglang_meta_accept_length"),
             per_position=tuple(data.get("per_position") or ()),
+            per_prompt_accepted=tuple(data.get("per_prompt_accepted") or ()),
+            per_prompt_rounds=tuple(data.get("per_prompt_rounds") or ()),
             exact_match=data["exact_match"],
             tokens_per_s=data["tokens_per_s"],
             probe_verdict=data.get("probe_verdict", ""),
         )
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "drafter": self.drafter,
-            "drafter_strategy": self.drafter_strategy,
-            "harvest": self.harvest.name(),
-            "matched": self.matched,
-            "accept_length": self.accept_length,
-            "sglang_meta_accept_length": self.sglang_meta_accept_length,
-            "per_position": list(self.per_position),
-            "exact_match": self.exact_match,
-            "tokens_per_s": self.tokens_per_s,
-            "probe_verdict": self.probe_verdict,
-        }
-
 
 @dataclass(frozen=True)
-class MarkovHeadInfo:
+class MarkovHeadInfo(JsonRecord):
+    """A drafter's Markov head: its type and rank."""
+
     type: str
     rank: int
 
 
 @dataclass(frozen=True)
-class ConfidenceHeadInfo:
+class ConfidenceHeadInfo(JsonRecord):
+    """A drafter's confidence head: whether it reads the Markov features, and its input width."""
+
     with_markov: bool
     input_width: int
 
 
 @dataclass(frozen=True)
-class DrafterInfo:
+class DrafterInfo(JsonRecord):
     """A drafter as loaded: what its geometry is read from, and its DSpark heads (``None`` if absent)."""
 
     drafter: str
@@ -129,56 +138,50 @@ class DrafterInfo:
             confidence_head=None if confidence is None else ConfidenceHeadInfo(**confidence),
         )
 
-    def to_json(self) -> dict[str, Any]:
-        markov, confidence = self.markov_head, self.confidence_head
-        return {
-            "drafter": self.drafter,
-            "strategy": self.strategy,
-            "architecture": self.architecture,
-            "block_size": self.block_size,
-            "mask_token_id": self.mask_token_id,
-            "target_layer_ids": list(self.target_layer_ids),
-            "markov_head": None if markov is None else {"type": markov.type, "rank": markov.rank},
-            "confidence_head": None
-            if confidence is None
-            else {"with_markov": confidence.with_markov, "input_width": confidence.input_width},
-        }
-
 
 @dataclass(frozen=True)
-class Recommendation:
-    """The harvest that accepts more for one drafter, and what to do about it."""
+class Recommendation(JsonRecord):
+    """What to do with one drafter: its verdict, the override where one is needed, and why."""
 
     drafter: str
-    harvest: DsparkHarvest
+    verdict: Verdict  # serve-as-is, contradicts or inconclusive
+    harvest: DsparkHarvest  # the harvest that accepted more (decided or not, see comparison)
     census: str | None  # the strategy the census says
+    served: str | None  # the harvest DSPARK_HARVEST serves now; None when it would refuse
+    override: str | None  # the environment setting that serves the measured harvest, when needed
+    comparison: Comparison
     advice: str
     sglang_cannot_serve: str | None  # why sglang cannot serve it on this target, if it cannot
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "drafter": self.drafter,
-            "harvest": self.harvest.name(),
-            "census": self.census,
-            "advice": self.advice,
-            "sglang_cannot_serve": self.sglang_cannot_serve,
-        }
-
 
 @dataclass(frozen=True)
-class ProbeRow:
-    """The offset probe of one drafter under one harvest."""
+class ProbeRow(JsonRecord):
+    """The offset probe of one drafter under one harvest: matches and drafts compared by offset."""
 
     drafter: str
     harvest: DsparkHarvest
-    result: ProbeResult
+    verdict: str
+    reason: str
+    matches: dict[str, int]  # own, late, early
+    compared: dict[str, int]
+    rates: dict[str, float]
 
-    def to_json(self) -> dict[str, Any]:
-        return {"drafter": self.drafter, "harvest": self.harvest.name(), **self.result.to_json()}
+    @classmethod
+    def of(cls, drafter: str, harvest: DsparkHarvest, result: ProbeResult) -> ProbeRow:
+        c = result.counts
+        return cls(
+            drafter,
+            harvest,
+            result.verdict,
+            result.reason,
+            {"own": c.own, "late": c.late, "early": c.early},
+            {"own": c.compared_own, "late": c.compared_late, "early": c.compared_early},
+            c.rates,
+        )
 
 
 @dataclass(frozen=True)
-class Served:
+class Served(JsonRecord):
     """What ``--speculative-algorithm DSPARK_HARVEST`` would serve for a drafter now, or why it refuses."""
 
     drafter: str
@@ -187,18 +190,18 @@ class Served:
     source: str | None
     refused: str | None
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "drafter": self.drafter,
-            "env_value": self.env_value,
-            "harvest": self.harvest,
-            "source": self.source,
-            "refused": self.refused,
-        }
+
+@dataclass(frozen=True)
+class TargetResult(JsonRecord):
+    """One promise of the embedded models, graded (``targets.py``)."""
+
+    drafter: str
+    description: str
+    met: bool
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(JsonRecord):
     """What was measured, where and how long it took."""
 
     target: str
@@ -210,23 +213,14 @@ class Settings:
     threads: int
     wall_s: float
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "target": self.target,
-            "embedded": self.embedded,
-            "device": self.device,
-            "dtype": self.dtype,
-            "prompts": self.prompts,
-            "max_new_tokens": self.max_new_tokens,
-            "threads": self.threads,
-            "wall_s": self.wall_s,
-        }
-
 
 @dataclass(frozen=True)
-class CheckReport:
+class CheckReport(JsonRecord):
     """Everything ``check`` measured and concluded; ``manifests`` holds one manifest per drafter."""
 
+    schema_version: int
+    verdict: Verdict  # the overall verdict, whose exit code ``check`` returns
+    exit_code: int
     accept_length_definition: str
     runs: Sequence[RunRow]
     ar_tokens_per_s: float
@@ -235,6 +229,7 @@ class CheckReport:
     recommendations: Sequence[Recommendation]
     probes: Sequence[ProbeRow]
     served: Sequence[Served]
+    targets: Sequence[TargetResult]  # graded for every report; the text shows them for the embedded models
     settings: Settings
 
     @property
@@ -242,23 +237,14 @@ class CheckReport:
         """Every speculative output equalled the target's own greedy output."""
         return all(r.exact_match for r in self.runs)
 
-    def to_json(self) -> dict[str, Any]:
-        """The ``--json`` object; ``manifest`` is the first drafter's manifest."""
-        return {
-            "accept_length_definition": self.accept_length_definition,
-            "runs": [r.to_json() for r in self.runs],
-            "ar_tokens_per_s": self.ar_tokens_per_s,
-            "manifest": self.manifests[0],
-            "manifests": list(self.manifests),
-            "drafters": [d.to_json() for d in self.drafters],
-            "recommendations": [r.to_json() for r in self.recommendations],
-            "probes": [p.to_json() for p in self.probes],
-            "served": [s.to_json() for s in self.served],
-            "settings": self.settings.to_json(),
-        }
+
+def report_schema() -> dict[str, Any]:
+    """The JSON Schema of ``check --json`` (what ``check --schema`` prints)."""
+    return json_schema(CheckReport, f"dspark-harvest check --json, schema_version {SCHEMA_VERSION}")
 
 
 __all__ = [
+    "SCHEMA_VERSION",
     "RunRow",
     "MarkovHeadInfo",
     "ConfidenceHeadInfo",
@@ -266,6 +252,8 @@ __all__ = [
     "Recommendation",
     "ProbeRow",
     "Served",
+    "TargetResult",
     "Settings",
     "CheckReport",
+    "report_schema",
 ]

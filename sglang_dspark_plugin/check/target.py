@@ -117,15 +117,27 @@ def check_target_files(path: str | Path) -> Path:
     return folder
 
 
-def load_target(path: str | Path, device: torch.device, dtype: torch.dtype) -> tuple[Any, Any]:
-    """A local HF causal LM and its tokenizer, offline; a typed error when it cannot be loaded."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def load_target(
+    path: str | Path, device: torch.device, dtype: torch.dtype, *, progress: bool = False
+) -> tuple[Any, Any]:
+    """A local HF causal LM and its tokenizer, offline; a typed error when it cannot be loaded.
+
+    With ``progress``, transformers' own loading bar shows on stderr (a large target takes minutes)."""
     from transformers.utils import logging as hf_logging
+
+    if progress:
+        hf_logging.enable_progress_bar()
+    else:
+        hf_logging.disable_progress_bar()
+    folder = check_target_files(path)
+    return _load(folder, path, device, dtype)
+
+
+def _load(folder: Path, path: str | Path, device: torch.device, dtype: torch.dtype) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ..engine.target_sizes import preflight_target
 
-    hf_logging.disable_progress_bar()  # one progress bar (ours) on stderr
-    folder = check_target_files(path)
     try:
         preflight_target(folder)  # the config against the weights, before anything is allocated
         with memory_guard("loading the target"):
@@ -145,12 +157,22 @@ def load_target(path: str | Path, device: torch.device, dtype: torch.dtype) -> t
         ) from exc
 
 
-def encode_prompts(tokenizer: Any, prompts: list[str]) -> list[list[int]]:
-    """Token ids of each prompt; an empty encoding is refused (there would be no context to decode from)."""
+def encode_prompts(tokenizer: Any, prompts: list[str], vocab_size: int | None = None) -> list[list[int]]:
+    """Token ids of each prompt; an empty encoding is refused (there would be no context to decode from),
+    and so is a token id the target's embedding does not hold (a tokenizer larger than its model)."""
     encoded = [list(tokenizer(text)["input_ids"]) for text in prompts]
     for text, ids in zip(prompts, encoded, strict=True):
+        shown = printable(repr(text), 80)
         if not ids:
-            raise InvalidCheckpointError(f"prompt {text!r} encodes to no token.", where="prompts")
+            raise InvalidCheckpointError(f"prompt {shown} encodes to no token.", where="prompts")
+        beyond = [i for i in ids if not 0 <= i < (vocab_size if vocab_size is not None else i + 1)]
+        if beyond:
+            raise InvalidCheckpointError(
+                f"prompt {shown} encodes to token id {beyond[0]}, outside the target's vocabulary of "
+                f"{vocab_size} embeddings: the tokenizer files are not the model's; copy the tokenizer of "
+                "this target's own release, or leave that token out of --prompt.",
+                where="prompts",
+            )
     return encoded
 
 

@@ -10,10 +10,13 @@ from .report import CheckReport, RunRow
 TARGET_RATIO, TARGET_MATCHED, TARGET_SPEEDUP = 2.0, 2.5, 1.5
 
 
-def _graded(name: str, matched: RunRow, mismatched: RunRow, ar_tokens_per_s: float) -> list[tuple[str, bool]]:
+Graded = tuple[str, str, bool]  # drafter, description, met
+
+
+def _graded(name: str, matched: RunRow, mismatched: RunRow, ar_tokens_per_s: float) -> list[Graded]:
     ratio = matched.accept_length / mismatched.accept_length
     speedup = matched.tokens_per_s / ar_tokens_per_s if ar_tokens_per_s else 0.0
-    return [
+    graded = [
         (
             f"{name}: matched / mismatched accept length {ratio:.2f}x >= {TARGET_RATIO}x",
             ratio >= TARGET_RATIO,
@@ -28,11 +31,12 @@ def _graded(name: str, matched: RunRow, mismatched: RunRow, ar_tokens_per_s: flo
         ),
         (f"{name}: exact in both harvests", matched.exact_match and mismatched.exact_match),
     ]
+    return [(name, text, met) for text, met in graded]
 
 
-def grade(runs: Sequence[RunRow], ar_tokens_per_s: float) -> list[tuple[str, bool]]:
-    """The targets per drafter, in the order its runs come: (description, met)."""
-    out: list[tuple[str, bool]] = []
+def grade(runs: Sequence[RunRow], ar_tokens_per_s: float) -> list[Graded]:
+    """The targets per drafter, in the order its runs come: (drafter, description, met)."""
+    out: list[Graded] = []
     by_drafter: dict[str, list[RunRow]] = {}
     for r in runs:
         by_drafter.setdefault(r.drafter, []).append(r)
@@ -40,7 +44,9 @@ def grade(runs: Sequence[RunRow], ar_tokens_per_s: float) -> list[tuple[str, boo
         matched = [r for r in rs if r.matched]
         mismatched = [r for r in rs if not r.matched]
         if len(matched) != 1 or len(mismatched) != 1:
-            out.append((f"{name}: the census cannot tell its strategy, no matched run to measure", False))
+            out.append(
+                (name, f"{name}: the census cannot tell its strategy, no matched run to measure", False)
+            )
             continue
         out += _graded(name, matched[0], mismatched[0], ar_tokens_per_s)
     return out
@@ -49,8 +55,9 @@ def grade(runs: Sequence[RunRow], ar_tokens_per_s: float) -> list[tuple[str, boo
 def targets(report: CheckReport | Mapping[str, Any]) -> list[tuple[str, bool]]:
     """The targets per drafter of a report, or of its ``--json`` object read back: (description, met)."""
     if isinstance(report, CheckReport):
-        return grade(report.runs, report.ar_tokens_per_s)
-    return grade([RunRow.from_json(r) for r in report["runs"]], report["ar_tokens_per_s"])
+        return [(t.description, t.met) for t in report.targets]
+    graded = grade([RunRow.from_json(r) for r in report["runs"]], report["ar_tokens_per_s"])
+    return [(text, met) for _, text, met in graded]
 
 
 __all__ = ["TARGET_RATIO", "TARGET_MATCHED", "TARGET_SPEEDUP", "grade", "targets"]

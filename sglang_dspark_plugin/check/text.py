@@ -99,17 +99,16 @@ def _probes(report: CheckReport) -> list[str]:
     return [
         "",
         "offset probe (drafts compared with the target's tokens at their own position and both neighbours):",
-        *(
-            f"  {p.drafter} / {p.harvest.name()} harvest: {p.result.verdict} ({p.result.reason})"
-            for p in report.probes
-        ),
+        *(f"  {p.drafter} / {p.harvest.name()} harvest: {p.verdict} ({p.reason})" for p in report.probes),
     ]
 
 
 def _recommendations(report: CheckReport) -> list[str]:
     lines = ["", "recommendation:"]
     for rec in report.recommendations:
+        c = rec.comparison
         lines.append(f"  {rec.drafter}: {rec.advice}")
+        lines.append(f"    verdict {rec.verdict}: {c.reason}")
         if rec.sglang_cannot_serve:
             lines.append(f"  {rec.drafter}: sglang cannot serve this: {rec.sglang_cannot_serve}")
     return lines
@@ -137,9 +136,16 @@ def _targets(report: CheckReport) -> list[str]:
     return ["", "targets:"] + [f"  [{'met' if ok else 'MISSED'}] {text}" for text, ok in targets(report)]
 
 
+def _verdict(report: CheckReport) -> list[str]:
+    lines = ["", f"verdict: {report.verdict} (exit code {report.exit_code})"]
+    overrides = [r for r in report.recommendations if r.override]
+    lines += [f"  override for {r.drafter}: {r.override}" for r in overrides]
+    return lines
+
+
 def format_report(report: CheckReport) -> str:
     """The human-readable table and notes."""
-    sections = (_table, _heads, _exactness, _probes, _recommendations, _served, _targets)
+    sections = (_table, _heads, _exactness, _probes, _recommendations, _served, _targets, _verdict)
     lines = [line for section in sections for line in section(report)]
     return "\n".join(printable(line) for line in lines)
 

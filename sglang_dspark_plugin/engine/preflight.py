@@ -106,6 +106,22 @@ def check_model_settings(config: Mapping[str, Any], where: str) -> None:
         )
 
 
+MAX_LAYER_DIGITS = 6  # a layer index of a million or more is no drafter (and int() of 4300+ digits fails)
+
+
+def _layer_indices(shapes: Mapping[str, tuple[int, ...]], where: str) -> set[int]:
+    """The ``layers.N.`` indices the weights name; an index too long to be a layer is refused."""
+    found = [(name, m.group(1)) for name in shapes if (m := _LAYER.match(name))]
+    for name, digits in found:
+        if len(digits) > MAX_LAYER_DIGITS:
+            raise InvalidCheckpointError(
+                f"{where}: the weights name tensor {printable(name, 60)} with a layer index of {len(digits)} "
+                "digits; no drafter has that many layers: re-export the checkpoint.",
+                where=where,
+            )
+    return {int(digits) for _, digits in found}
+
+
 def check_sizes_before_allocating(
     build: Callable[[], nn.Module],
     config: Mapping[str, Any],
@@ -120,7 +136,7 @@ def check_sizes_before_allocating(
     device, which gives every parameter's shape without memory, and each one the weights hold must
     have the weights' shape.
     """
-    layers = {int(m.group(1)) for name in shapes if (m := _LAYER.match(name))}
+    layers = _layer_indices(shapes, where)
     n = config["num_hidden_layers"]
     if len(layers) != n:
         held = f"layers.{min(layers)}.* to layers.{max(layers)}.*" if layers else "no layers.* tensor"

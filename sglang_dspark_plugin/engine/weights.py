@@ -137,7 +137,7 @@ def _confidence_with_markov(
     if shape is None:
         return False
     hidden = int(raw.get("hidden_size") or 0)
-    width = int(shape[-1])
+    width = int(shape[-1]) if len(shape) == 2 else -1  # a projection is a matrix; anything else is refused
     with_markov = bool(rank) and width == hidden + rank
     if width != hidden and not with_markov:
         raise InvalidCheckpointError(
