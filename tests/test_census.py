@@ -14,6 +14,7 @@ from checkpoints import FIXTURES, Fixture, write_checkpoint
 
 from sglang_dspark_plugin import ENV_VAR, DsparkHarvest, RoundGeometry
 from sglang_dspark_plugin.census import census
+from sglang_dspark_plugin.census.locate import hub_cli
 from sglang_dspark_plugin.draft_config import TIER_EXPLICIT, TIER_INFO, TIER_STRUCTURAL
 from sglang_dspark_plugin.errors import (
     CensusConflictError,
@@ -554,7 +555,8 @@ def test_hub_id_missing_from_the_cache(tmp_path, monkeypatch):
     with pytest.raises(InvalidCheckpointError) as info:
         census("z-lab/Qwen3-8B-DFlash-b16")
     msg = info.value.message
-    assert "not in the local Hugging Face cache" in msg and "huggingface-cli download" in msg
+    assert "not in the local Hugging Face cache" in msg and f"{hub_cli()} download" in msg
+    assert hub_cli() in ("hf", "huggingface-cli")  # the installed huggingface_hub's own command
     assert str(tmp_path / "hf" / "hub") in msg
 
 

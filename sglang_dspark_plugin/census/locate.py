@@ -82,12 +82,25 @@ def _hf_hub_cache() -> str:
     return os.path.join(home, "hub")
 
 
+def hub_cli() -> str:
+    """The command the installed huggingface_hub ships for downloads (``hf`` today, ``huggingface-cli``
+    before it), read from its console scripts."""
+    from importlib import metadata
+
+    try:
+        scripts = metadata.entry_points(group="console_scripts")
+    except Exception:  # noqa: BLE001 - a broken distribution elsewhere must not break a hint
+        return "hf"
+    names = {e.name for e in scripts if e.value.startswith("huggingface_hub")}
+    return next((n for n in ("hf", "huggingface-cli") if n in names), "hf")
+
+
 def check_cache_files(cache: str, repo_id: str, revision: str = "main") -> None:
     """Check the cache files huggingface_hub reads whole before it finds a snapshot: the ref and the
     commit's tree listing. A FIFO there would block the lookup, a device such as /dev/zero would be
     read without end, and a ref that is not a commit hash would name a folder outside ``snapshots``."""
     storage = Path(cache) / ("models--" + repo_id.replace("/", "--"))
-    fix = f"delete it (and re-run huggingface-cli download {repo_id}), or pass a local folder."
+    fix = f"delete it (and re-run {hub_cli()} download {repo_id}), or pass a local folder."
     data = read_bounded(storage / "refs" / revision, "Hugging Face cache ref", MAX_REF_BYTES, fix)
     if data is None:
         return  # no ref: huggingface_hub finds nothing and says so
@@ -128,7 +141,7 @@ def _revision(revision: str | None) -> str:
 def _from_hf_cache(repo_id: str, revision: str = "main", download: bool = False) -> Path:
     cache = _hf_hub_cache()
     at = "" if revision == "main" else f" at revision {revision!r}"
-    fetch = f"huggingface-cli download {repo_id} (or pass a local folder)"
+    fetch = f"{hub_cli()} download {repo_id} (or pass a local folder)"
     if not _COMMIT_HASH.fullmatch(revision):
         check_cache_files(cache, repo_id, revision)
     try:

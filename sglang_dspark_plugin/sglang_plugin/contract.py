@@ -226,7 +226,8 @@ def check_worker_contract() -> list[HookStatus]:
 
 
 FIX = (
-    "install a supported sglang (pip install 'sglang-dspark-plugin[sglang-0523]' or '[sglang-0517]') "
+    "install a supported sglang (from a checkout of this package: pip install '.[sglang-0523]' or "
+    "'.[sglang-0517]') "
     "and run `dspark-harvest doctor`"
 )
 

@@ -48,7 +48,8 @@ def doctor_report() -> dict[str, Any]:
     if version is None or importlib.util.find_spec("sglang") is None:
         report["sglang"] = None
         problems.append(
-            "sglang is not installed: pip install 'sglang-dspark-plugin[sglang-0523]' (or '[sglang-0517]')"
+            "sglang is not installed: from a checkout of this package, pip install '.[sglang-0523]' "
+            "(or '.[sglang-0517]')"
         )
         report["ok"] = False
         return report
