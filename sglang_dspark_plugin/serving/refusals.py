@@ -17,7 +17,7 @@ from ..validation import is_int
 from .layout import DSPARK, Layout, architectures_of
 
 if TYPE_CHECKING:
-    from .plan import LaunchRequest, SglangSupport
+    from .request import LaunchRequest, SglangSupport
 
 ALGORITHM = "DSPARK_HARVEST"
 """The name users pass to ``--speculative-algorithm``."""

@@ -20,7 +20,7 @@ from .layout import DSPARK, Layout
 from .refusals import ALGORITHM, flag_int
 
 if TYPE_CHECKING:
-    from .plan import LaunchRequest
+    from .request import LaunchRequest
 
 NUM_DRAFT_TOKENS_FLAG = "--speculative-num-draft-tokens"
 

@@ -21,7 +21,7 @@ from typing import Any
 from ..logsafe import safe_logger
 from ..serving import ALGORITHM, MANIFEST_ENV_VAR, LaunchRequest, ServePlan, ServeRefusal, SglangSupport
 from ..serving.manifest import write_manifest
-from ..serving.plan import DFLASH_BLOCK_FLAG, DSPARK_BLOCK_FLAG, flag_field
+from ..serving.request import DFLASH_BLOCK_FLAG, DSPARK_BLOCK_FLAG, flag_field
 
 logger = safe_logger("sglang_dspark_plugin.sglang_plugin")
 

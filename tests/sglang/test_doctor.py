@@ -37,7 +37,9 @@ def test_doctor_json_ok(capsys: pytest.CaptureFixture[str]) -> None:
 def test_doctor_text_ok(capsys: pytest.CaptureFixture[str]) -> None:
     code, out = run_doctor(capsys)
     assert code == 0
-    assert out.splitlines()[0].startswith(f"sglang: {sglang.__version__} (tested)")
+    lines = out.splitlines()
+    assert lines[0].startswith("python: ")  # the environment lines first, as `transformers env` prints
+    assert any(line.startswith(f"sglang: {sglang.__version__} (tested)") for line in lines)
     assert "OK      sglang.srt.arg_groups.speculative_hook._handle_dflash" in out
     assert "DSPARK_HARVEST registered through the entry point: yes" in out
     assert out.rstrip().endswith("doctor: OK")

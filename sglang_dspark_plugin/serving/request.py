@@ -1,0 +1,94 @@
+"""What a launch asks for (``LaunchRequest``) and what the running sglang can serve (``SglangSupport``):
+the two inputs of ``plan.make_plan``, plain frozen records that every part of the plan reads."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..geometry import BLOCK_SIZE_FLAGS
+from ..harvest import ENV_VAR, DsparkHarvest
+from ..settings import MANIFEST, PEER_MANIFEST, read_setting
+from ..telemetry.settings import TelemetrySettings
+
+MANIFEST_ENV_VAR = MANIFEST.name
+"""When set to a path, the launcher writes the geometry manifest there at startup."""
+
+DFLASH_BLOCK_FLAG = BLOCK_SIZE_FLAGS[DsparkHarvest.DFLASH]
+DSPARK_BLOCK_FLAG = BLOCK_SIZE_FLAGS[DsparkHarvest.DSPARK]
+
+
+def flag_field(flag: str) -> str:
+    """sglang's ``ServerArgs`` field of a flag: ``--speculative-dspark-block-size`` ->
+    ``speculative_dspark_block_size``."""
+    return flag[2:].replace("-", "_")
+
+
+@dataclass(frozen=True)
+class SglangSupport:
+    """What the running sglang can serve, as far as the plan's decisions go."""
+
+    version: str
+    mask_fill_dspark: bool  # DSPARK reads sample_from_anchor (the mask-fill layout): 0.5.23 on
+    disaggregation: tuple[str, ...] = ("DSPARK",)  # builtins whose prefill->decode draft state it builds
+
+    @classmethod
+    def for_version(cls, version: str) -> SglangSupport:
+        """The support a released version has (the adapters detect it from sglang's code instead)."""
+        numbers = tuple(int(n) for n in re.findall(r"\d+", version)[:3])
+        recent = numbers >= (0, 5, 23)
+        return cls(version, recent, ("DFLASH", "DSPARK") if recent else ("DSPARK",))
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """What a launch asks for: the server arguments that matter and the settings as set at launch."""
+
+    draft: str | None
+    target: str | None = None
+    draft_revision: str | None = None
+    num_draft_tokens: Any = None
+    dflash_block_size: Any = None
+    dspark_block_size: Any = None
+    disaggregation_mode: str | None = None
+    harvest_env: str | None = None  # MEMRA_DSPARK_HARVEST, as given (the resolution parses and records it)
+    manifest_path: str | None = None  # MEMRA_DSPARK_MANIFEST
+    peer_manifest: str | None = None  # MEMRA_DSPARK_PEER_MANIFEST (a disaggregated decode server)
+    telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)  # the telemetry variables
+
+    @classmethod
+    def of(cls, args: Mapping[str, Any], environ: Mapping[str, str]) -> LaunchRequest:
+        """From sglang's argument names (``speculative_draft_model_path``, ...) and an environment."""
+        return cls(
+            draft=_text(args.get("speculative_draft_model_path")),
+            target=_text(args.get("model_path")),
+            draft_revision=_text(args.get("speculative_draft_model_revision")),
+            num_draft_tokens=args.get("speculative_num_draft_tokens"),
+            dflash_block_size=args.get(flag_field(DFLASH_BLOCK_FLAG)),
+            dspark_block_size=args.get(flag_field(DSPARK_BLOCK_FLAG)),
+            disaggregation_mode=_text(args.get("disaggregation_mode")),
+            harvest_env=environ.get(ENV_VAR),
+            manifest_path=read_setting(MANIFEST_ENV_VAR, environ),
+            peer_manifest=read_setting(PEER_MANIFEST.name, environ),
+            telemetry=TelemetrySettings.from_env(environ),
+        )
+
+    def block_size_flags(self) -> dict[str, Any]:
+        """``{flag: value}`` of both arms' block-size flags (``None``: not given)."""
+        return {DFLASH_BLOCK_FLAG: self.dflash_block_size, DSPARK_BLOCK_FLAG: self.dspark_block_size}
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+__all__ = [
+    "DFLASH_BLOCK_FLAG",
+    "DSPARK_BLOCK_FLAG",
+    "MANIFEST_ENV_VAR",
+    "LaunchRequest",
+    "SglangSupport",
+    "flag_field",
+]
