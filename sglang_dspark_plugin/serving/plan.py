@@ -172,7 +172,8 @@ def make_plan(request: LaunchRequest, support: SglangSupport) -> ServePlan:
         served = served_block_size(request, trained, layout, cfg.path)
         geometry = trained if served == trained.block_size else RoundGeometry(trained.harvest, served)
         refuse_uncapturable(request, cfg)
-        check_servable(cfg, layout, resolution, request.target, support)
+        headers = tensor_headers(cfg.path)  # read once: the loader-layout check and the fingerprint
+        check_servable(cfg, layout, resolution, request.target, support, list(headers))
     except DsparkHarvestError as err:
         raise as_serve_refusal(err) from err
     manifest = build_manifest(
@@ -190,7 +191,7 @@ def make_plan(request: LaunchRequest, support: SglangSupport) -> ServePlan:
             "trained_block_size": trained.block_size,
             "draft": request.draft,
             "draft_revision": request.draft_revision,
-            "draft_content": content_fingerprint(cfg.raw, tensor_headers(cfg.path)),
+            "draft_content": content_fingerprint(cfg.raw, headers),
             "disaggregation_mode": request.disaggregation_mode,
         },
     )

@@ -184,13 +184,18 @@ def _require_layout(cfg: DflashCfg, layout: Layout, resolution: Resolution, supp
 
 
 def check_servable(
-    cfg: DflashCfg, layout: Layout, resolution: Resolution, target: str | None, support: SglangSupport
+    cfg: DflashCfg,
+    layout: Layout,
+    resolution: Resolution,
+    target: str | None,
+    support: SglangSupport,
+    tensor_names: list[str] | None = None,
 ) -> None:
     """Refuse, before any model loads, a draft the builtin's worker would refuse after the target loaded:
     the layout this sglang lacks; for DSPARK the mask token, the architecture, the Markov head's type
     and the vocabulary against the target's; for DFLASH a DSpark-named drafter with a Markov head."""
     _require_layout(cfg, layout, resolution, support)
-    _require_buildable(cfg, resolution, support)
+    _require_buildable(cfg, resolution, support, tensor_names)
     architectures = architectures_of(cfg)
     if layout.builtin == DSPARK:
         require_mask_token(cfg)
@@ -210,7 +215,9 @@ def check_servable(
         )
 
 
-def _require_buildable(cfg: DflashCfg, resolution: Resolution, support: SglangSupport) -> None:
+def _require_buildable(
+    cfg: DflashCfg, resolution: Resolution, support: SglangSupport, tensor_names: list[str] | None
+) -> None:
     """The rule ``inspect`` reports (``servability``): a class this sglang release builds, in a layout
     its loader reads. A release outside its class lists is left to the checks above."""
     from ..servability import servability, unloadable_layout
@@ -219,7 +226,8 @@ def _require_buildable(cfg: DflashCfg, resolution: Resolution, support: SglangSu
     if support.version not in SGLANG_VERSIONS:
         return
     rank = 0 if cfg.markov_head is None else cfg.markov_head.rank
-    unloadable = unloadable_layout(cfg.raw, list(tensor_headers(cfg.path)))
+    names = list(tensor_headers(cfg.path)) if tensor_names is None else tensor_names
+    unloadable = unloadable_layout(cfg.raw, names)
     verdicts = servability(resolution.harvest, cfg.architecture, rank, unloadable)
     verdict = next(v for v in verdicts if v.version == support.version)
     if not verdict.servable:
