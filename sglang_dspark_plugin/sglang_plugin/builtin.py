@@ -8,12 +8,10 @@ run in their normal order, exactly as for the builtin. The plan rides on the ser
 returns the plugin's worker subclass (its telemetry and rank agreement) in place of the builtin worker
 it subclasses. A plain DFLASH/DSPARK launch carries no plan and keeps sglang's worker.
 
-Where the early hook runs: sglang 0.5.23, the resolution-hook API (``register_resolution_hook``) on the
-``handle_model_source_paths`` step, plus a check on ``handle_other_validations`` (after
-``handle_speculative_decoding``) that the geometry survived; sglang 0.5.17, a ``HookRegistry`` AROUND
-hook on ``ServerArgs.__post_init__`` (``load_plugins()`` runs before any ``ServerArgs`` is built by the
-launcher and the Engine). Where neither fires (a script that builds ``ServerArgs`` before
-``load_plugins()``), the registered ``DSPARK_HARVEST`` algorithm refuses and says how to launch.
+Where the early hook runs is the version adapter's business (``resolution.adapter``: a resolution
+hook on 0.5.23, an AROUND hook on ``ServerArgs.__post_init__`` on 0.5.17). Where it cannot fire (a
+script that builds ``ServerArgs`` before ``load_plugins()``), the registered ``DSPARK_HARVEST``
+algorithm refuses and says how to launch.
 """
 
 from __future__ import annotations
@@ -26,9 +24,9 @@ from ..serving import ALGORITHM, make_plan
 from .contract import require_worker_contract
 from .resolution import (
     PLAN_ATTR,
+    adapter,
     announce,
     asked_for_plugin,
-    declare_args,
     launch_request,
     plan_of,
     read_arg,
@@ -41,9 +39,6 @@ logger = safe_logger("sglang_dspark_plugin.sglang_plugin")
 
 SOURCE = f"{ALGORITHM} (resolved as builtin)"
 
-RESOLUTION_STEP = "handle_model_source_paths"
-CHECK_STEP = "handle_other_validations"
-POST_INIT_TARGET = "sglang.srt.server_args.ServerArgs.__post_init__"
 CREATE_WORKER_TARGET = "sglang.srt.speculative.spec_info.SpeculativeAlgorithm.create_worker"
 
 
@@ -62,7 +57,7 @@ def rewrite_to_builtin(server_args: Any) -> Any:
     override_steps_and_topk(record, plan.builtin)
     # The builtin reads the block size from the checkpoint itself and derives steps and topk; the plan
     # names the builtin, the verify window its harvest needs and (mask-fill DSpark) DSPARK's gamma.
-    declare_args(record, SOURCE, **plan.declared_args)
+    adapter().declare_args(record, SOURCE, **plan.declared_args)
     setattr(record, PLAN_ATTR, plan)  # 0.5.23 seals fields but allows private names
     announce(plan)
     logger.info(
@@ -108,29 +103,6 @@ def check_rewritten(server_args: Any) -> None:
         )
 
 
-# ---------------------------------------------------------------- the hooks sglang calls
-
-
-def resolution_step(server_args: Any, previous: Any) -> None:
-    """0.5.23 ``handle_model_source_paths``: sglang's step (draft paths resolved), then the rewrite."""
-    previous(server_args)
-    rewrite_to_builtin(server_args)
-
-
-def check_step(server_args: Any, previous: Any) -> None:
-    """0.5.23 ``handle_other_validations`` (after ``handle_speculative_decoding``): geometry intact."""
-    previous(server_args)
-    check_rewritten(server_args)
-
-
-def post_init_around(original: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
-    """0.5.17 ``ServerArgs.__post_init__``: the rewrite first, then sglang's whole resolution."""
-    rewrite_to_builtin(self)
-    result = original(self, *args, **kwargs)
-    check_rewritten(self)
-    return result
-
-
 def worker_after_create(result: Any, algorithm: Any, server_args: Any, *args: Any, **kwargs: Any) -> Any:
     """AFTER ``SpeculativeAlgorithm.create_worker``: the plugin's worker where the plan says so, and only
     in place of the builtin worker class it subclasses (``None`` keeps sglang's own result)."""
@@ -166,21 +138,13 @@ def worker_after_create(result: Any, algorithm: Any, server_args: Any, *args: An
 
 
 def register_early_hooks() -> str:
-    """Register the rewrite hooks for this sglang version (idempotent); returns which route is used."""
+    """Register the rewrite (this sglang's adapter) and the worker hook (idempotent); returns the route."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     if not any(h is worker_after_create for _, h, _ in HookRegistry._hooks.get(CREATE_WORKER_TARGET, [])):
         HookRegistry.register(CREATE_WORKER_TARGET, worker_after_create, HookType.AFTER)
-    try:
-        from sglang.srt.arg_groups import resolution_hooks
-    except ImportError:  # 0.5.17: no resolution-hook API
-        if not any(h is post_init_around for _, h, _ in HookRegistry._hooks.get(POST_INIT_TARGET, [])):
-            HookRegistry.register(POST_INIT_TARGET, post_init_around, HookType.AROUND)
-        return "post_init"
-    for step, fn in ((RESOLUTION_STEP, resolution_step), (CHECK_STEP, check_step)):
-        if fn not in resolution_hooks._HOOKS.get(step, []):
-            resolution_hooks.register_resolution_hook(step)(fn)
-    return "resolution_hooks"
+    route: str = adapter().register_rewrite(rewrite_to_builtin, check_rewritten)
+    return route
 
 
 __all__ = [
@@ -190,4 +154,5 @@ __all__ = [
     "check_rewritten",
     "register_early_hooks",
     "worker_after_create",
+    "CREATE_WORKER_TARGET",
 ]

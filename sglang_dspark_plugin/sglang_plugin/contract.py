@@ -26,6 +26,7 @@ from importlib import metadata
 from ..errors import DsparkHarvestError
 from ..serving import ALGORITHM
 from .hooks import HOOK_CONTRACT
+from .resolution import adapter
 
 SUPPORTED_SGLANG = ("0.5.17", "0.5.23")
 """Versions the plugin is tested against (0.5.17: the eval pin; 0.5.23: the current release)."""
@@ -35,7 +36,6 @@ Entry = tuple[str, str, "tuple[str, ...] | None"]
 _SPEC_INFO = "sglang.srt.speculative.spec_info"
 _REGISTRY = "sglang.srt.speculative.spec_registry"
 _HOOK = "sglang.srt.arg_groups.speculative_hook"
-_OVERRIDES = "sglang.srt.arg_groups.overrides"
 
 PLUGIN_CONTRACT: list[Entry] = [
     (_SPEC_INFO, "SpeculativeAlgorithm.register", ("name", "supports_overlap", "spec_class")),
@@ -68,23 +68,6 @@ PLUGIN_CONTRACT: list[Entry] = [
     ("sglang.srt.server_args", "ServerArgs", None),
 ]
 """What the registration and argument code relies on in every supported version."""
-
-PLUGIN_CONTRACT_0523: list[Entry] = [
-    (_OVERRIDES, "_ForeignDefaults", None),
-    (_OVERRIDES, "record_of", ("view",)),
-    (_OVERRIDES, "resolving_view", ("server_args",)),
-    (_OVERRIDES, "declare_resolution", ("server_args", "source")),
-    # builtin.register_early_hooks: the rewrite at handle_model_source_paths, the check after it
-    ("sglang.srt.arg_groups.resolution_hooks", "register_resolution_hook", ("name",)),
-    ("sglang.srt.arg_groups.resolution_hooks", "_HOOKS", None),
-    ("sglang.srt.arg_groups.resolution_hooks", "_OVERRIDABLE_HOOKS", None),
-]
-"""0.5.23's resolution pipeline: a plugin's handle_server_args receives a recording stand-in."""
-
-PLUGIN_CONTRACT_0517: list[Entry] = [
-    ("sglang.srt.server_args", "ServerArgs.__post_init__", None),  # builtin.post_init_around
-]
-"""0.5.17 has no resolution-hook API: the rewrite wraps ``ServerArgs.__post_init__``."""
 
 SERVER_ARGS_FIELDS = (
     "speculative_algorithm",
@@ -160,15 +143,6 @@ def check_entry(module: str, qualname: str, params: tuple[str, ...] | None) -> H
     return HookStatus(module, qualname, params, True)
 
 
-def uses_resolution_pipeline() -> bool:
-    """True for sglang with 0.5.23's declaration-based argument resolution."""
-    try:
-        overrides = importlib.import_module(_OVERRIDES)
-    except ImportError:
-        return False
-    return hasattr(overrides, "record_foreign_defaults")
-
-
 def worker_contract() -> list[Entry] | HookStatus:
     """``workers.WORKER_CONTRACT``, or a failing status when the workers module does not import."""
     target = "sglang_dspark_plugin.sglang_plugin.workers"
@@ -184,9 +158,7 @@ def worker_contract() -> list[Entry] | HookStatus:
 
 def full_contract() -> list[Entry]:
     """The plugin's entries for the installed sglang (without the workers')."""
-    entries = list(PLUGIN_CONTRACT)
-    entries += PLUGIN_CONTRACT_0523 if uses_resolution_pipeline() else PLUGIN_CONTRACT_0517
-    return entries
+    return list(PLUGIN_CONTRACT) + list(adapter().CONTRACT)
 
 
 def registration_contract() -> list[Entry]:
@@ -270,8 +242,6 @@ def require_worker_contract() -> None:
 __all__ = [
     "SUPPORTED_SGLANG",
     "PLUGIN_CONTRACT",
-    "PLUGIN_CONTRACT_0523",
-    "PLUGIN_CONTRACT_0517",
     "SERVER_ARGS_FIELDS",
     "HookStatus",
     "sglang_version",
@@ -284,5 +254,4 @@ __all__ = [
     "registration_contract",
     "full_contract",
     "worker_contract",
-    "uses_resolution_pipeline",
 ]

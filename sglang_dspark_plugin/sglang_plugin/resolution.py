@@ -1,10 +1,11 @@
-"""The adapter between sglang's server arguments and the serving plan (``..serving``).
+"""Between sglang's server arguments and the serving plan (``..serving``).
 
-It accepts the real ``ServerArgs`` of both sglang versions and 0.5.23's recording stand-in
-(``sglang.srt.arg_groups.overrides._ForeignDefaults``, which a plugin's ``handle_server_args`` receives
-there): ``unwrap_record`` reaches the record behind the stand-in, ``read_arg`` reads through 0.5.23's
-resolving view (declarations made so far over the raw input), and ``declare_args`` writes the way each
-version's own handlers write (0.5.23 ``declare_resolution``, 0.5.17 plain attributes).
+The version-specific part is one adapter module per argument pipeline, chosen by feature
+(``adapter``): ``adapter_0523`` (declarations through a resolving view; a recording stand-in handed to
+plugins) and ``adapter_0517`` (fields assigned in place). Both define ``unwrap_record``, ``read_arg``,
+``declare_args``, ``user_value``, ``register_rewrite`` and ``CONTRACT``. This module maps the
+arguments to the plan's snapshot (``launch_request``, ``sglang_support``) and back (``plan_of``,
+``require_plan``, ``announce``).
 
 The plan itself rides on the record as a private attribute (``PLAN_ATTR``): 0.5.23's write seal
 allows private names and its ``__reduce__`` keeps ``__dict__``; 0.5.17 is a plain dataclass; both
@@ -13,9 +14,12 @@ pickle and deep-copy it into every scheduler process. Nothing goes through the p
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import os
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any
 
 from ..logsafe import safe_logger
@@ -40,25 +44,24 @@ REQUEST_FIELDS = (
 """The server arguments a ``LaunchRequest`` is made of."""
 
 
-def unwrap_record(server_args: Any) -> Any:
-    """The ``ServerArgs`` record behind 0.5.23's recording stand-in; anything else unchanged."""
+def adapter() -> ModuleType:
+    """The adapter of the installed sglang: ``adapter_0523`` where it has the resolution-hook API
+    (``sglang.srt.arg_groups.resolution_hooks``), else ``adapter_0517``; both define the same names."""
     try:
-        from sglang.srt.arg_groups.overrides import _ForeignDefaults, record_of
-    except ImportError:  # 0.5.17 hands plugins the record itself
-        return server_args
-    if isinstance(server_args, _ForeignDefaults):
-        return record_of(object.__getattribute__(server_args, "_cfg"))
-    return server_args
+        found = importlib.util.find_spec("sglang.srt.arg_groups.resolution_hooks") is not None
+    except ModuleNotFoundError:  # no sglang.srt.arg_groups at all
+        found = False
+    return importlib.import_module(f"{__package__}.adapter_{'0523' if found else '0517'}")
+
+
+def unwrap_record(server_args: Any) -> Any:
+    """The ``ServerArgs`` record behind a stand-in (0.5.23); anything else unchanged."""
+    return adapter().unwrap_record(server_args)
 
 
 def read_arg(server_args: Any, name: str) -> Any:
     """A server argument as resolved so far (0.5.23: declarations over raw input; 0.5.17: the field)."""
-    record = unwrap_record(server_args)
-    try:
-        from sglang.srt.arg_groups.overrides import resolving_view
-    except ImportError:
-        return getattr(record, name)
-    return getattr(resolving_view(record), name)
+    return adapter().read_arg(server_args, name)
 
 
 def optional_arg(server_args: Any, name: str) -> Any:
@@ -67,18 +70,6 @@ def optional_arg(server_args: Any, name: str) -> Any:
         return read_arg(server_args, name)
     except AttributeError:
         return None
-
-
-def declare_args(server_args: Any, source: str, **fields: Any) -> None:
-    """Set server arguments so that sglang's later readers (and its builtin handlers) see them."""
-    record = unwrap_record(server_args)
-    try:
-        from sglang.srt.arg_groups.overrides import declare_resolution
-    except ImportError:  # 0.5.17's handlers assign fields in place; do the same
-        for name, value in fields.items():
-            setattr(record, name, value)
-        return
-    declare_resolution(record, source, **fields)
 
 
 def launch_request(server_args: Any, environ: Mapping[str, str] | None = None) -> LaunchRequest:
@@ -90,8 +81,6 @@ def launch_request(server_args: Any, environ: Mapping[str, str] | None = None) -
 def sglang_support() -> SglangSupport:
     """What this sglang can serve: its version, whether its DSPARK has the mask-fill layout, and which
     builtins' prefill->decode draft state it builds (``speculative/<name>_disaggregation.py``)."""
-    import importlib.util
-
     import sglang
     from sglang.srt.speculative.dspark_components import dspark_config
 
@@ -114,11 +103,9 @@ def plan_of(server_args: Any) -> ServePlan | None:
 def asked_for_plugin(server_args: Any) -> bool:
     """Whether the user asked for ``DSPARK_HARVEST``: the current algorithm, or (0.5.23) the raw input
     sglang keeps of what the user passed."""
-    record = unwrap_record(server_args)
-    current = str(optional_arg(record, "speculative_algorithm") or "").upper()
-    raw = getattr(record, "_raw_input", None)
-    passed = raw.get("speculative_algorithm") if isinstance(raw, dict) else None
-    return ALGORITHM in (current, str(passed or "").upper())
+    current = str(optional_arg(server_args, "speculative_algorithm") or "").upper()
+    passed = str(adapter().user_value(server_args, "speculative_algorithm") or "").upper()
+    return ALGORITHM in (current, passed)
 
 
 def require_plan(server_args: Any, where: str) -> ServePlan:
@@ -169,7 +156,7 @@ __all__ = [
     "unwrap_record",
     "read_arg",
     "optional_arg",
-    "declare_args",
+    "adapter",
     "launch_request",
     "sglang_support",
     "plan_of",

@@ -242,7 +242,7 @@ def test_the_worker_refuses_a_builtin_that_contradicts_the_plan(monkeypatch) -> 
 
 def test_where_the_early_rewrite_cannot_fire_the_registered_algorithm_refuses(monkeypatch) -> None:
     """One route: no second serving mechanism; the refusal says how to launch."""
-    monkeypatch.setattr(builtin, "rewrite_to_builtin", lambda server_args: None)
+    monkeypatch.setattr(builtin, "wants_plugin", lambda server_args: False)  # the rewrite stays inert
     with pytest.raises(ValueError, match="load_plugins"):
         resolve(TARGET, "DSPARK_HARVEST", DRAFT["DFLASH"])
 

@@ -246,3 +246,45 @@ def test_a_spawned_scheduler_gets_the_plan_from_the_server_args_alone(
     assert result["worker_bases"][:2] == ["HarvestDSparkWorker", "_HarvestWorkerMixin"]
     assert "DSparkWorkerV2" in result["worker_bases"]
     assert resolution.ALGORITHM == NAME
+
+
+# -- the version adapters --------------------------------------------------------------------------
+def test_both_adapters_define_the_same_interface() -> None:
+    from sglang_dspark_plugin.sglang_plugin import adapter_0517, adapter_0523
+
+    names = set(adapter_0523.__all__)
+    assert names == set(adapter_0517.__all__)
+    interface = {"unwrap_record", "read_arg", "declare_args", "user_value", "register_rewrite", "CONTRACT"}
+    assert interface <= names
+    for name in names:
+        a, b = getattr(adapter_0523, name), getattr(adapter_0517, name)
+        if callable(a):
+            assert inspect.signature(a) == inspect.signature(b), name
+
+
+def test_the_adapter_is_the_one_this_sglang_needs() -> None:
+    from sglang.srt import arg_groups
+
+    chosen = resolution.adapter()
+    has_hooks = (Path(arg_groups.__file__).parent / "resolution_hooks.py").is_file()
+    assert chosen.__name__.endswith("adapter_0523" if has_hooks else "adapter_0517")
+    assert has_hooks is IS_0523  # the two CI versions, one per adapter
+    assert all(contract.check_entry(*entry).ok for entry in chosen.CONTRACT)
+
+
+def test_registering_the_rewrite_twice_registers_it_once() -> None:
+    from sglang_dspark_plugin.sglang_plugin import builtin
+
+    def registered() -> int:
+        if IS_0523:
+            from sglang.srt.arg_groups import resolution_hooks
+
+            return sum(len(v) for v in resolution_hooks._HOOKS.values())
+        from sglang.srt.plugins.hook_registry import HookRegistry
+
+        return sum(len(v) for v in HookRegistry._hooks.values())
+
+    first = builtin.register_early_hooks()
+    count = registered()
+    assert builtin.register_early_hooks() == first == ("resolution_hooks" if IS_0523 else "post_init")
+    assert registered() == count
