@@ -74,7 +74,7 @@ def inspect_checkpoint(path: str, environ: dict[str, str] | None = None) -> dict
 
 def _servability(cfg: Any, harvest: Any) -> tuple[Any, ...]:
     """How sglang 0.5.17 and 0.5.23 serve the drafter (the rank from the tensors if the config is silent)."""
-    from .servability import servability, unloadable_layout
+    from .serving.servability import servability, unloadable_layout
     from .tensor_headers import markov_head, tensor_headers
 
     tensors = tensor_headers(cfg.path)

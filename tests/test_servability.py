@@ -13,7 +13,7 @@ from sglang_dspark_plugin.architectures import SGLANG_BUILDS, SGLANG_VERSIONS
 from sglang_dspark_plugin.cli import main
 from sglang_dspark_plugin.embedded import EMBEDDED
 from sglang_dspark_plugin.harvest import DsparkHarvest
-from sglang_dspark_plugin.servability import servability
+from sglang_dspark_plugin.serving.servability import servability
 
 DFLASH, DSPARK = DsparkHarvest.DFLASH, DsparkHarvest.DSPARK
 

@@ -9,12 +9,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..architectures import DSPARK_ARCHITECTURES, SGLANG_DSPARK_ARM, SGLANG_VERSIONS
+from ..capture import target_layer_count, target_vocab_size, uncapturable_message
 from ..census.families import pattern_family
 from ..draft_config import DflashCfg
 from ..errors import DsparkHarvestError, InvalidCheckpointError, UnsupportedCheckpointError
 from ..harvest import ENV_VAR, Resolution
+from ..tensor_headers import tensor_headers
 from ..validation import is_int
 from .layout import DSPARK, Layout, architectures_of
+from .servability import servability, unloadable_layout
 
 if TYPE_CHECKING:
     from .request import LaunchRequest, SglangSupport
@@ -86,7 +89,6 @@ def refuse_uncapturable(request: LaunchRequest, cfg: DflashCfg) -> None:
 
     sglang would fail at the first decode round ("DFLASH target_hidden feature dim mismatch").
     """
-    from ..capture import target_layer_count, uncapturable_message
 
     if not cfg.target_layer_ids or request.target is None:
         return
@@ -149,7 +151,6 @@ def _require_markov_head_type(cfg: DflashCfg) -> None:
 def _require_target_vocabulary(cfg: DflashCfg, target: str | None) -> None:
     """The DSPARK Markov head (the zero head too) is sized from the draft's vocabulary and biases the
     target's logits: the two sizes must be equal, or sglang fails at the first draft step."""
-    from ..capture import target_vocab_size
 
     if target is None or cfg.vocab_size is None:
         return
@@ -220,8 +221,6 @@ def _require_buildable(
 ) -> None:
     """The rule ``inspect`` reports (``servability``): a class this sglang release builds, in a layout
     its loader reads. A release outside its class lists is left to the checks above."""
-    from ..servability import servability, unloadable_layout
-    from ..tensor_headers import tensor_headers
 
     if support.version not in SGLANG_VERSIONS:
         return

@@ -12,6 +12,7 @@ import importlib.util
 from importlib import metadata
 from typing import Any
 
+from ..serving.topology import ARMS, topology_line
 from .contract import SUPPORTED_SGLANG, check_contract, sglang_version
 from .resolution import ALGORITHM
 
@@ -38,6 +39,7 @@ def doctor_report() -> dict[str, Any]:
         "registered": False,
         "registered_class": None,
         "problems": [],
+        "topologies": {},
     }
     problems: list[str] = report["problems"]
     if report["entry_point"] is None:
@@ -59,6 +61,7 @@ def doctor_report() -> dict[str, Any]:
             "registers if every hook below is OK"
         )
 
+    report["topologies"] = {arm: topology_line(version, arm) for arm in ARMS}
     try:
         statuses = check_contract()
     except Exception as err:  # noqa: BLE001 - report, do not crash the doctor
@@ -102,6 +105,7 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"  {status} {hook['hook']}{detail}")
     registered = f"yes ({report['registered_class']})" if report["registered"] else "NO"
     lines.append(f"{ALGORITHM} registered through the entry point: {registered}")
+    lines += list(report.get("topologies", {}).values())
     for problem in report["problems"]:
         lines.append(f"problem: {problem}")
     lines.append("doctor: OK" if report["ok"] else "doctor: FAILED")

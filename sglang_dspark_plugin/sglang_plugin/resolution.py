@@ -26,6 +26,7 @@ from ..logsafe import safe_logger
 from ..serving import ALGORITHM, MANIFEST_ENV_VAR, LaunchRequest, ServePlan, ServeRefusal, SglangSupport
 from ..serving.manifest import write_manifest
 from ..serving.request import DFLASH_BLOCK_FLAG, DSPARK_BLOCK_FLAG, flag_field
+from ..serving.topology import arm_of, topology_line
 
 logger = safe_logger("sglang_dspark_plugin.sglang_plugin")
 
@@ -139,6 +140,7 @@ def announce(plan: ServePlan, *, write: bool = True) -> None:
     """Log the plan and its manifest; with ``write``, write the manifest file where the launch asked
     for one (the launcher does; its scheduler processes only log)."""
     logger.info("%s", plan.describe())
+    logger.info("%s %s", ALGORITHM, topology_line(plan.support.version, arm_of(plan.layout)))
     for warning in (*plan.resolution.warnings, *plan.advice):
         logger.warning("%s: %s", ALGORITHM, warning)
     logger.info("%s geometry manifest: %s", ALGORITHM, json.dumps(plan.manifest, sort_keys=True, default=str))

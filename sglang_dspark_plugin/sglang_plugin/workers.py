@@ -21,6 +21,7 @@ from ..logsafe import safe_logger
 from ..rank_agreement import agreement_values, check_rank_agreement
 from ..serving import ServePlan
 from ..serving.layout import DFLASH, DSPARK, MASK_FILL, MASK_FILL_DSPARK, SHIFTED, harvest_layout
+from ..serving.placement import AttentionRanks, telemetry_placement
 from .draft_model import HarvestDSparkDraftModel, prepare_dspark_arm_config
 from .draft_routes import (
     DSPARK_ARCHITECTURES,
@@ -30,7 +31,6 @@ from .draft_routes import (
     route_of,
 )
 from .hooks import PARSE_HOOK_TARGET, RESULT_HOOK_TARGET, TARGET_CONTRACT, register_hooks
-from .placement import AttentionRanks, attention_ranks, telemetry_placement
 from .resolution import announce, read_arg, require_plan
 
 if TYPE_CHECKING:
@@ -85,6 +85,24 @@ def _tp_cpu_group() -> tuple[Any, int]:
 
     group = get_tp_group()
     return group.cpu_group, int(group.rank_in_group)
+
+
+def attention_ranks(tp_rank: int) -> AttentionRanks:
+    """This process's attention ranks, as sglang published them (``runtime_context.get_parallel()``).
+
+    Without a published topology for this TP rank (data-parallel attention never initialised, as in a
+    CPU test) the TP group is one attention group: ``AttentionRanks(tp_rank, tp_rank, 0, 0, 1)``.
+    """
+    try:
+        from sglang.srt.runtime_context import get_parallel
+
+        p = get_parallel()
+        ranks = AttentionRanks(
+            int(p.tp_rank), int(p.attn_tp_rank), int(p.attn_cp_rank), int(p.attn_dp_rank), int(p.attn_dp_size)
+        )
+    except Exception:  # noqa: BLE001 - not initialised (or another layout): the TP rank alone
+        return AttentionRanks(tp_rank, tp_rank, 0, 0, 1)
+    return ranks if ranks.tp_rank == tp_rank else AttentionRanks(tp_rank, tp_rank, 0, 0, 1)
 
 
 def rank_agreement_values(plan: ServePlan) -> dict[str, Any]:

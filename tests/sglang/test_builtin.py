@@ -28,6 +28,8 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from sglang_dspark_plugin.embedded import EMBEDDED
 from sglang_dspark_plugin.errors import GeometryError
 from sglang_dspark_plugin.serving import ServePlan, ServeRefusal
+from sglang_dspark_plugin.serving.request import DSPARK_BLOCK_FLAG, flag_field
+from sglang_dspark_plugin.serving.topology import ARMS, MEASURED, SERVED, TOPOLOGIES, cell
 from sglang_dspark_plugin.sglang_plugin import builtin, register
 from sglang_dspark_plugin.sglang_plugin.resolution import PLAN_ATTR, plan_of
 from sglang_dspark_plugin.sglang_plugin.workers import HarvestDFlashWorker, HarvestDSparkWorker
@@ -306,3 +308,55 @@ def test_a_plugin_launch_leaves_no_state_for_later_plain_launches_in_the_process
         assert json.loads(json.dumps(got, sort_keys=True, default=str)) == want, (algorithm, flags)
         assert got["outcome"] == "resolved" and got["plan"] is False
         assert got["worker"].split(".")[-1] in ("DFlashWorkerV2", "DSparkWorkerV2")  # sglang's own
+
+
+# ------------------------------------------------------------------ topologies (serving/topology.py)
+
+ARM_DRAFTS = {
+    "dflash": "drafter-dflash",
+    "dspark": "drafter-dspark",
+    "mask-fill DSpark": "drafter-dspark-maskfill",
+}
+
+
+def _plugin_owned(refusal: tuple) -> bool:
+    """A refusal the plugin makes itself (its plan), not one of sglang's own checks."""
+    return refusal[0] == "refused" and refusal[2].startswith("DSPARK_HARVEST")
+
+
+def _matching_flags(arm: str, draft: Path) -> tuple[str, ...]:
+    """The builtin's flags that serve what the plugin serves (mask-fill DSpark: DSPARK's gamma b-1)."""
+    if arm != "mask-fill DSpark":
+        return ()
+    try:
+        record, _ = resolve(TARGET, "DSPARK_HARVEST", draft)
+    except ServeRefusal:
+        return ()  # a release without the mask-fill layout: the plugin refuses every topology
+    return (
+        "--speculative-dspark-block-size",
+        str(getattr(record, PLAN_ATTR).declared_args[flag_field(DSPARK_BLOCK_FLAG)]),
+    )
+
+
+@pytest.mark.parametrize("arm", ARMS)
+@pytest.mark.parametrize("topology", TOPOLOGIES, ids=[t.name for t in TOPOLOGIES])
+def test_each_topology_is_served_where_the_table_says_and_as_the_builtin(arm, topology) -> None:
+    """The topology table (doctor, the startup line, docs/sglang.md) is what this sglang does: the
+    plugin resolves each topology exactly as the builtin with the matching flags, except where the
+    plugin refuses what the builtin would serve wrongly; and the table says which."""
+    draft = EMBEDDED.root / ARM_DRAFTS[arm]
+    builtin_name = "DFLASH" if arm == "dflash" else "DSPARK"
+    got = outcome(TARGET, "DSPARK_HARVEST", draft, *topology.flags)
+    want = outcome(TARGET, builtin_name, draft, *topology.flags, *_matching_flags(arm, draft))
+    if got[0] == "resolved":
+        assert want[0] == "resolved", want
+        assert {k: (v, want[1][k]) for k, v in got[1].items() if v != want[1][k]} == {}
+    elif not _plugin_owned(got):
+        assert got[1:] == want[1:]  # sglang's own refusal, word for word
+    expected = MEASURED.get(sglang.__version__, {}).get(arm, {}).get(topology.name)
+    if expected is None:  # a release outside the table: the startup line and doctor say so
+        assert "not measured" in cell(sglang.__version__, arm, topology.name)
+        return
+    assert (got[0] == "resolved") == (expected == SERVED), (got, expected)
+    if got[0] == "refused" and not _plugin_owned(got):
+        assert want[0] == "refused"  # the table's refusal is the builtin's

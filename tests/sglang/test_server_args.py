@@ -28,7 +28,7 @@ from sglang_dspark_plugin.errors import (
     InvalidCheckpointError,
 )
 from sglang_dspark_plugin.harvest import DsparkHarvest
-from sglang_dspark_plugin.servability import servability, unloadable_layout
+from sglang_dspark_plugin.serving.servability import servability, unloadable_layout
 from sglang_dspark_plugin.sglang_plugin import register, resolution
 
 IS_0523 = tuple(int(x) for x in sglang.__version__.split(".")[:3]) >= (0, 5, 23)

@@ -17,15 +17,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .architectures import (
+from ..architectures import (
     SGLANG_BUILDS,
     SGLANG_DENSE_DSPARK,
     SGLANG_DSPARK_ARM,
     SGLANG_MASK_FILL_DSPARK,
     SGLANG_VERSIONS,
 )
-from .census.dialects import TORCHSPEC_WEIGHT_NAMES
-from .harvest import DsparkHarvest
+from ..census.dialects import TORCHSPEC_WEIGHT_NAMES
+from ..harvest import DsparkHarvest
 
 TORCHSPEC_NATIVE = tuple(TORCHSPEC_WEIGHT_NAMES)
 

@@ -1,0 +1,54 @@
+"""The topology table (``serving/topology.py``): complete, worded as the docs print it, and the page
+holds it. Whether sglang does what it says is tests/sglang/test_builtin.py's job (every cell resolved
+through the real argument pipeline)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sglang_dspark_plugin.serving.layout import MASK_FILL, MASK_FILL_DSPARK, SHIFTED
+from sglang_dspark_plugin.serving.topology import (
+    ARMS,
+    MEASURED,
+    SERVED,
+    TOPOLOGIES,
+    arm_of,
+    cell,
+    markdown_table,
+    topology_line,
+)
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "sglang.md"
+
+
+def test_every_release_names_every_arm_and_topology() -> None:
+    for version, arms in MEASURED.items():
+        assert set(arms) == set(ARMS), version
+        for arm, cells in arms.items():
+            assert set(cells) == {t.name for t in TOPOLOGIES}, (version, arm)
+            assert all(c == SERVED or c.startswith("refused: ") for c in cells.values()), (version, arm)
+
+
+def test_cells_say_where_they_are_tested() -> None:
+    assert cell("0.5.23", "dspark", "single GPU") == "served, tested on CPU"
+    assert cell("0.5.23", "dspark", "PD decode") == "served, GPU only"
+    assert cell("0.5.17", "dflash", "PD decode").startswith("refused: ")
+    assert "not measured" in cell("0.5.99", "dspark", "TP")
+
+
+def test_the_line_names_the_release_and_arm() -> None:
+    line = topology_line("0.5.17", "dflash")
+    assert line.startswith("topologies for the dflash arm on sglang 0.5.17: single GPU served;")
+    assert "DP attention refused" in line
+    assert "not measured on this release" in topology_line("0.5.20", "dspark")
+
+
+def test_each_layout_is_one_arm() -> None:
+    assert [arm_of(x) for x in (MASK_FILL, SHIFTED, MASK_FILL_DSPARK)] == list(ARMS)
+
+
+def test_the_docs_hold_the_generated_table() -> None:
+    text = DOCS.read_text(encoding="utf-8")
+    start = text.index("<!-- topology-table -->\n") + len("<!-- topology-table -->\n")
+    end = text.index("\n<!-- /topology-table -->")
+    assert text[start:end] == markdown_table(), "regenerate: serving.topology.markdown_table()"
