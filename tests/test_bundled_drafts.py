@@ -219,6 +219,10 @@ def test_a_forced_mask_fill_harvest_of_a_bundled_head_is_refused(tmp_path: Path)
     assert info.value.kind == "unsupported" and ENV_VAR in info.value.message
 
 
+def test_the_subfolder_form_is_sglang_0523s() -> None:
+    assert (NEW.dspark_subfolder, OLD.dspark_subfolder) == (True, False)
+
+
 def test_a_launch_request_carries_the_target_revision_and_download_dir() -> None:
     request = LaunchRequest.of({"model_path": "org/t", "revision": "v1", "download_dir": "/cache"}, {})
     assert (request.target, request.revision, request.download_dir) == ("org/t", "v1", "/cache")

@@ -78,6 +78,12 @@ def served_plan(target: str | Path, *extra: str):
     return plan, view
 
 
+def test_the_adapter_detects_the_subfolder_form_in_sglangs_code() -> None:
+    from sglang_dspark_plugin.sglang_plugin.resolution import sglang_support
+
+    assert sglang_support().dspark_subfolder is IS_0523
+
+
 def test_dspark_keys_resolve_as_the_builtin_on_every_version(tmp_path: Path) -> None:
     target = keys_target(tmp_path / "v4")
     assert_parity(target)
