@@ -365,16 +365,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 # ---------------------------------------------------------------- --embedded: the served cases
 
 
-def embedded_command(args: argparse.Namespace, run: Any, draft: Path | None) -> list[str]:
-    """``launch_server`` for one served-case run on the embedded target (``run`` None: no speculation)."""
+def embedded_command(args: argparse.Namespace, run: Any, folders: dict[str, Path] | None) -> list[str]:
+    """``launch_server`` for one served-case run on the embedded target (``run`` None: no speculation);
+    ``folders`` is ``served_cases.drafter_folders``."""
+    import served_cases as sc  # on sys.path: run_embedded put it there
+
     from sglang_dspark_plugin.embedded import EMBEDDED
 
+    model, draft = (
+        (EMBEDDED.target, None) if run is None else sc.launch_paths(run, EMBEDDED.target, folders or {})
+    )
     cmd = [
         args.python,
         "-m",
         "sglang.launch_server",
         "--model-path",
-        str(EMBEDDED.target),
+        str(model),
         "--host",
         "127.0.0.1",
         "--port",
@@ -385,7 +391,8 @@ def embedded_command(args: argparse.Namespace, run: Any, draft: Path | None) -> 
         "float32",
     ]
     if run is not None:
-        cmd += ["--speculative-algorithm", run.algorithm, "--speculative-draft-model-path", str(draft)]
+        cmd += ["--speculative-algorithm", run.algorithm]
+        cmd += [] if draft is None else ["--speculative-draft-model-path", str(draft)]
         for name, value in run.extra_args:
             cmd += ["--" + name.replace("_", "-"), str(value)]
     return cmd + shlex.split(args.extra_args)
@@ -484,16 +491,13 @@ def run_embedded(args: argparse.Namespace) -> int:
         for run in runs:
             env = " ".join(f"{k}={v}" for k, v in sorted(run.env().items()))
             print(f"# {run.name}")
-            print(
-                (f"env {env} " if env else "")
-                + shlex.join(embedded_command(args, run, drafters[run.drafter]))
-            )
+            print((f"env {env} " if env else "") + shlex.join(embedded_command(args, run, drafters)))
         return 0
     greedy = serve_outcome(args, "baseline", embedded_command(args, None, None), {}, prompts, False).outputs
     got = {}
     for run in runs:
         print(f"[gpu_validate] {run.name}: launching", flush=True)
-        cmd = embedded_command(args, run, drafters[run.drafter])
+        cmd = embedded_command(args, run, drafters)
         got[run.name] = serve_outcome(args, run.name, cmd, run.env(), prompts, run.concurrent)
     checks = [(case.name, c) for case in cases for c in case_checks(sc, case, got, greedy, drafters, prompts)]
     for case_name, c in checks:

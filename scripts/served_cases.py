@@ -12,6 +12,9 @@ architecture and heads trained mask-fill, declared ``sample_from_anchor: false``
 (``zero_markov_variant``), which sglang's builtin DSPARK can load, so the dspark arm can be compared
 with the builtin on the same weights.
 
+A *bundled* run names no draft: its drafter rides in the ``dspark/`` subfolder of a copy of the embedded
+target (``bundled_target``), where sglang 0.5.23's DSPARK finds it (``launch_paths``).
+
 Cases with ``min_sglang`` need a layout older sglang lacks (``cases_for``): the mask-fill DSPARK layout
 exists from sglang 0.5.23 on; older versions refuse such drafters at argument time (tested there).
 """
@@ -48,6 +51,8 @@ MASK_FILL_TENSORS_HEAD = "dspark-maskfill-tensors-head"
 """The same drafter, its Markov head declared only by its ``markov_head.*`` tensors."""
 MASK_FILL_DSPARK_SGLANG = "0.5.23"
 """The first sglang whose DSPARK has the mask-fill layout."""
+BUNDLED_SUBFOLDER_SGLANG = "0.5.23"
+"""The first sglang whose DSPARK finds a draft in the target's ``dspark/`` subfolder."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,7 @@ class Run:
     harvest: str | None = None  # MEMRA_DSPARK_HARVEST, None = the census decides
     concurrent: bool = False  # also serve all prompts at once (overlap scheduler on)
     extra_args: tuple[tuple[str, Any], ...] = ()  # further server arguments (name, value)
+    bundled: bool = False  # no draft path: the drafter rides in the target's dspark/ subfolder
 
     @property
     def plugin(self) -> bool:
@@ -120,6 +126,9 @@ RUNS: dict[str, Run] = {
         Run("plugin/dflash-block-4", PLUGIN, "dflash", extra_args=NARROW_DFLASH),
         Run("builtin-DSPARK/dspark-markov-gamma-4", "DSPARK", "dspark-markov", extra_args=NARROW_DSPARK),
         Run("plugin/dspark-markov-gamma-4", PLUGIN, "dspark-markov", extra_args=NARROW_DSPARK),
+        # no draft path: the shifted drafter in the target's dspark/ subfolder, found by DSPARK itself
+        Run("builtin-DSPARK/bundled-dspark-markov", "DSPARK", "dspark-markov", bundled=True),
+        Run("plugin/bundled-dspark-markov", PLUGIN, "dspark-markov", bundled=True),
         Run("plugin-forced-dflash/dflash", PLUGIN, "dflash", harvest="dflash"),
         Run("plugin-forced-dspark/dflash", PLUGIN, "dflash", harvest="dspark"),
         Run("plugin-forced-dspark/dspark", PLUGIN, "dspark", harvest="dspark"),
@@ -188,6 +197,14 @@ CASES: tuple[Case, ...] = (
         "the same weights with no markov_rank in config.json and sample_from_anchor nested: the plan's "
         "head answers sglang's parse in every scheduler; the same rounds as the builtin",
         min_sglang=MASK_FILL_DSPARK_SGLANG,
+    ),
+    Case(
+        "bundled-dspark-subfolder-is-builtin-DSPARK",
+        "identical",
+        ("builtin-DSPARK/bundled-dspark-markov", "plugin/bundled-dspark-markov"),
+        "no --speculative-draft-model-path: the SpecForge-shaped shifted drafter in the target's dspark/ "
+        "subfolder; the plan censuses the folder sglang's DSPARK finds there, the same rounds as DSPARK",
+        min_sglang=BUNDLED_SUBFOLDER_SGLANG,
     ),
     Case(
         "mask-fill-DSpark-served-equals-reference",
@@ -293,8 +310,32 @@ def tensors_head_variant(mask_fill_drafter: Path, out: Path) -> Path:
     return out
 
 
+def bundled_target(target: Path, drafter: Path, out: Path) -> Path:
+    """A copy of ``target`` with ``drafter`` in its ``dspark/`` subfolder (a draft bundled in the target)."""
+    import shutil
+
+    out.mkdir(parents=True, exist_ok=True)
+    for f in target.iterdir():
+        shutil.copyfile(f, out / f.name)
+    shutil.copytree(drafter, out / "dspark", dirs_exist_ok=True)
+    return out
+
+
+def bundled_key(drafter: str) -> str:
+    """The ``drafter_folders`` key of the target that bundles ``drafter``."""
+    return f"target-bundling-{drafter}"
+
+
+def launch_paths(run: Run, target: Path, folders: dict[str, Path]) -> tuple[Path, Path | None]:
+    """A run's ``--model-path`` and ``--speculative-draft-model-path`` (``None``: bundled, none passed)."""
+    if run.bundled:
+        return folders[bundled_key(run.drafter)], None
+    return target, folders[run.drafter]
+
+
 def drafter_folders(embedded_root: Path, workdir: Path) -> dict[str, Path]:
-    """Every drafter key -> a folder (the variants are written under ``workdir``)."""
+    """Every drafter key -> a folder (the variants are written under ``workdir``), and the targets the
+    bundled runs serve (``bundled_key``)."""
     embedded = ("dflash", "dspark", "dspark-markov", MASK_FILL_DSPARK)
     folders = {key: embedded_root / f"drafter-{key}" for key in embedded}
     folders["dspark-zero-markov"] = zero_markov_variant(
@@ -303,6 +344,9 @@ def drafter_folders(embedded_root: Path, workdir: Path) -> dict[str, Path]:
     folders[MASK_FILL_TENSORS_HEAD] = tensors_head_variant(
         folders[MASK_FILL_DSPARK], workdir / f"drafter-{MASK_FILL_TENSORS_HEAD}"
     )
+    for drafter in sorted({run.drafter for run in RUNS.values() if run.bundled}):
+        key = bundled_key(drafter)
+        folders[key] = bundled_target(embedded_root / "target", folders[drafter], workdir / key)
     return folders
 
 

@@ -41,6 +41,11 @@ Markov head."""
 SGLANG_DSPARK_ARM: tuple[str, ...] = (*SGLANG_DENSE_DSPARK, "DFlashDraftModel")
 """Draft architectures the dspark arm serves with sglang's dense DSpark class (the same backbone)."""
 
+SGLANG_BUNDLED_DSPARK: dict[str, str] = {"DeepseekV4ForCausalLM": "DeepseekV4ForCausalLMDSpark"}
+"""Target classes whose checkpoint may bundle a DSpark head (the ``dspark_*`` keys of its config), and the
+draft class sglang loads that head as (``configs/model_config.py``, the draft-architecture remap; 0.5.17
+and 0.5.23). sglang remaps no other class: any other target would be loaded whole as its own draft."""
+
 
 SGLANG_VERSIONS: tuple[str, ...] = ("0.5.17", "0.5.23")
 """The sglang versions the plugin serves on."""
@@ -94,6 +99,7 @@ __all__ = [
     "DOMINO_ARCHITECTURES",
     "SGLANG_DENSE_DSPARK",
     "SGLANG_DSPARK_ARM",
+    "SGLANG_BUNDLED_DSPARK",
     "SGLANG_VERSIONS",
     "SGLANG_BUILDS",
     "SGLANG_MASK_FILL_DSPARK",

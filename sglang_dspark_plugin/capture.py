@@ -27,6 +27,9 @@ DIRECT_CAPTURE: frozenset[str] = frozenset(
         "KimiK3LinearForCausalLM",
         "InklingForConditionalGeneration",
         "InklingForConditionalGenerationMTP",
+        # DeepSeek-V4 hands its bundled DSpark head the attention input of layer i itself
+        # (set_dspark_layers_to_capture; 0.5.17 and 0.5.23)
+        "DeepseekV4ForCausalLM",
     }
 )
 """Target architectures whose last layer sglang can capture; every other one stops at N-2."""

@@ -305,6 +305,9 @@ def test_embedded_dry_run_lists_exactly_the_served_cases_runs(tmp_path: Path) ->
     commands = [line for line in proc.stdout.splitlines() if "sglang.launch_server" in line]
     for run, cmd in zip(sc.runs_of(), commands[1:], strict=True):
         assert f"--speculative-algorithm {run.algorithm}" in cmd
+        # a bundled run names no draft: sglang's DSPARK finds it in the target's dspark/ subfolder
+        assert ("--speculative-draft-model-path" in cmd) is not run.bundled
+        assert (sc.bundled_key(run.drafter) in cmd) is run.bundled
         assert (
             ("MEMRA_DSPARK_HARVEST=" + run.harvest in cmd)
             if run.harvest

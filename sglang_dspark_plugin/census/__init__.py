@@ -25,7 +25,13 @@ from ..architectures import DFLASH_ARCHITECTURES, DOMINO_ARCHITECTURES, DSPARK_A
 from ..bounds import bounded_evidence
 from ..draft_config import DflashCfg
 from .decision import decide
-from .dialects import deepseek_signals, hidden_size_key, target_layer_count_key, torchspec_signals
+from .dialects import (
+    deepseek_head_type,
+    deepseek_signals,
+    hidden_size_key,
+    target_layer_count_key,
+    torchspec_signals,
+)
 from .fields import (
     read_architecture,
     read_block_size,
@@ -92,7 +98,7 @@ def census(
     evidence += bundle_signals(view) + projector_signals(view)
     markov_rank, rank_signals = read_markov_rank(view, markov_tables)
     evidence += rank_signals
-    markov_head = read_markov_head(view, markov_rank, tensors, markov_tables)
+    markov_head = read_markov_head(view, markov_rank, tensors, markov_tables, deepseek_head_type(tensors))
     evidence += weight_signals(tensors)
     evidence += shift_label_signals(view)
     evidence += torchspec_signals(view, tensors) + deepseek_signals(view, tensors)

@@ -30,7 +30,12 @@ TORCHSPEC_WEIGHT_NAMES = {"context_proj.": "fc.", "context_norm.": "hidden_norm.
 (TorchSpec ``torchspec/models/draft/keymap.py``)."""
 
 DEEPSEEK_STAGE_MARKOV = re.compile(r"^mtp\.(\d+)\.markov_head\.")
+DEEPSEEK_STAGE_SIGNAL = "mtp.N.markov_head.*"
+"""The ``where`` suffix of the signal the DeepSeek stages' Markov head casts."""
 DEEPSEEK_KEYS = ("dim", "n_mtp_layers")
+DEEPSEEK_HEAD_TYPE = "vanilla"
+"""DeepSeek-V4's DSpark Markov head has one form: an embedding [vocab, rank] and a projection back to
+the vocabulary (sglang ``models/deepseek_v4_dspark.py`` ``DSparkV4MarkovHead``), the vanilla head."""
 
 
 def is_torchspec(view: ConfigView) -> bool:
@@ -93,7 +98,7 @@ def deepseek_signals(view: ConfigView, tensors: dict[str, str]) -> list[Signal]:
             f"the Markov head of DeepSeek DSpark stage(s) {stages}: its reference forward drafts "
             "[anchor, noise x (b-1)] and row i predicts the token after it (shifted)"
         )
-        where = f"{tensors[names[0]]}:mtp.N.markov_head.*"
+        where = f"{tensors[names[0]]}:{DEEPSEEK_STAGE_SIGNAL}"
         return [Signal(where, len(names), TIER_STRUCTURAL, VOTE_DSPARK, note)]
     if is_deepseek_inference(view) and not dspark_parts(view, tensors):
         raise UnsupportedCheckpointError(
@@ -104,6 +109,11 @@ def deepseek_signals(view: ConfigView, tensors: dict[str, str]) -> list[Signal]:
             where=f"{view.file}:n_mtp_layers",
         )
     return []
+
+
+def deepseek_head_type(tensors: dict[str, str]) -> str | None:
+    """The Markov head type of DeepSeek DSpark stages (``DEEPSEEK_HEAD_TYPE``); ``None`` without them."""
+    return DEEPSEEK_HEAD_TYPE if any(DEEPSEEK_STAGE_MARKOV.match(n) for n in tensors) else None
 
 
 def hidden_size_key(view: ConfigView) -> str:
@@ -117,6 +127,9 @@ __all__ = [
     "TORCHSPEC_LAYER_COUNT",
     "TORCHSPEC_WEIGHT_NAMES",
     "DEEPSEEK_STAGE_MARKOV",
+    "DEEPSEEK_STAGE_SIGNAL",
+    "DEEPSEEK_HEAD_TYPE",
+    "deepseek_head_type",
     "is_torchspec",
     "target_layer_count_key",
     "torchspec_signals",

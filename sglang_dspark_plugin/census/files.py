@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,11 @@ INDEX = "model.safetensors.index.json"
 
 MARKOV_TABLES = ("markov_head.markov_w1.weight", "markov_head.markov_w2.weight")
 """Every Markov head type has these two tables, both [vocab_size, markov_rank] (sglang models/dspark.py)."""
+
+DEEPSEEK_MARKOV_TABLES = re.compile(r"^mtp\.\d+\.markov_head\.(?:embed|head|markov_w1|markov_w2)\.weight$")
+"""DeepSeek-V4's bundled DSpark head: ``mtp.<stage>.markov_head.embed`` / ``.head`` (sglang
+``models/deepseek_v4_dspark.py`` loads them as ``markov_w1`` / ``markov_w2``, also spelled so), both
+[vocab_size, markov_rank]."""
 
 TableShapes = dict[str, tuple[str, tuple[int, ...]]]
 """Tensor name -> (the file that lists it, its shape)."""
@@ -65,9 +71,18 @@ def read_tensor_names(folder: Path) -> tuple[dict[str, str], TableShapes]:
             names.update(dict.fromkeys(header, printable(entry)))
             check_tensor_count(len(names), printable(folder / entry))
             tables.update(
-                (n, (printable(entry), t.shape)) for n, t in header.items() if n.endswith(MARKOV_TABLES)
+                (n, (printable(entry), t.shape))
+                for n, t in header.items()
+                if n.endswith(MARKOV_TABLES) or DEEPSEEK_MARKOV_TABLES.match(n)
             )
     return names, tables
 
 
-__all__ = ["INDEX", "MARKOV_TABLES", "TableShapes", "read_config", "read_tensor_names"]
+__all__ = [
+    "INDEX",
+    "MARKOV_TABLES",
+    "DEEPSEEK_MARKOV_TABLES",
+    "TableShapes",
+    "read_config",
+    "read_tensor_names",
+]

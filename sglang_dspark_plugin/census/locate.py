@@ -126,20 +126,51 @@ def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
 
 
-def _revision(revision: str | None) -> str:
+def _revision(revision: str | None, flag: str = "--speculative-draft-model-revision") -> str:
     if revision is None:
         return "main"
     if not isinstance(revision, str) or not re.fullmatch(r"[\w.\-/]{1,200}", revision) or ".." in revision:
         raise InvalidCheckpointError(
-            f"draft revision {printable(repr(revision), 80)} is not a branch, tag or commit hash; pass "
-            "--speculative-draft-model-revision as the hub shows it (e.g. main, v1.0, or 40 hex digits).",
-            where="--speculative-draft-model-revision",
+            f"revision {printable(repr(revision), 80)} is not a branch, tag or commit hash; pass "
+            f"{flag} as the hub shows it (e.g. main, v1.0, or 40 hex digits).",
+            where=flag,
         )
     return revision
 
 
-def _from_hf_cache(repo_id: str, revision: str = "main", download: bool = False) -> Path:
-    cache = _hf_hub_cache()
+def is_hub_id(text: str) -> bool:
+    """Whether ``text`` has the shape of a hub repo id (org/name); a relative path like ./x does not."""
+    return bool(_HUB_ID.match(text))
+
+
+def hub_snapshot(
+    repo_id: str,
+    revision: str | None,
+    *,
+    flag: str,
+    allow_patterns: list[str],
+    cache_dir: str | None = None,
+) -> Path:
+    """The cached snapshot of ``repo_id`` at ``revision`` with the files ``allow_patterns`` match, fetched
+    as sglang fetches them unless ``HF_HUB_OFFLINE``; ``cache_dir`` is sglang's ``--download-dir``."""
+    return _from_hf_cache(
+        repo_id,
+        _revision(revision, flag),
+        not hub_offline(),
+        allow_patterns=allow_patterns,
+        cache_dir=cache_dir,
+    )
+
+
+def _from_hf_cache(
+    repo_id: str,
+    revision: str = "main",
+    download: bool = False,
+    *,
+    allow_patterns: list[str] | None = None,
+    cache_dir: str | None = None,
+) -> Path:
+    cache = cache_dir or _hf_hub_cache()
     at = "" if revision == "main" else f" at revision {revision!r}"
     fetch = f"{hub_cli()} download {repo_id} (or pass a local folder)"
     if not _COMMIT_HASH.fullmatch(revision):
@@ -147,7 +178,13 @@ def _from_hf_cache(repo_id: str, revision: str = "main", download: bool = False)
     try:
         from huggingface_hub import snapshot_download
 
-        folder = snapshot_download(repo_id, revision=revision, local_files_only=not download, cache_dir=cache)
+        folder = snapshot_download(
+            repo_id,
+            revision=revision,
+            local_files_only=not download,
+            cache_dir=cache,
+            allow_patterns=allow_patterns,
+        )
     except ImportError as exc:
         raise InvalidCheckpointError(
             f"{repo_id!r} is not a local folder and huggingface_hub is not installed to look it up "
@@ -170,4 +207,12 @@ def _from_hf_cache(repo_id: str, revision: str = "main", download: bool = False)
     return Path(folder)
 
 
-__all__ = ["CONFIG", "MAX_REF_BYTES", "check_cache_files", "hub_offline", "resolve_checkpoint"]
+__all__ = [
+    "CONFIG",
+    "MAX_REF_BYTES",
+    "check_cache_files",
+    "hub_offline",
+    "hub_snapshot",
+    "is_hub_id",
+    "resolve_checkpoint",
+]

@@ -36,11 +36,18 @@ def tensor_head_type(tensors: dict[str, str], w1: str) -> str | None:
 
 
 def read_markov_head(
-    view: ConfigView, rank: int | None, tensors: dict[str, str], tables: TableShapes
+    view: ConfigView,
+    rank: int | None,
+    tensors: dict[str, str],
+    tables: TableShapes,
+    dialect_head_type: str | None = None,
 ) -> MarkovHead | None:
-    """The Markov head, or ``None`` without one (rank 0 declared, or no rank and no tables)."""
+    """The Markov head, or ``None`` without one (rank 0 declared, or no rank and no tables).
+
+    ``dialect_head_type`` is the head an exporter's format always has (``dialects``), used where the
+    config declares no type."""
     w1 = sorted(n for n in tables if n == MARKOV_W1 or n.endswith("." + MARKOV_W1))
-    declared = declared_head_type(view)
+    declared = declared_head_type(view) or dialect_head_type
     from_tensors = tensor_head_type(tensors, w1[0]) if w1 else None
     if rank is not None:
         # A rank the config declares needs its type declared beside it: sglang parses config.json

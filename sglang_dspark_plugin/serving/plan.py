@@ -15,10 +15,18 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from ..draft_config import DflashCfg
-from ..errors import DsparkHarvestError, InvalidCheckpointError
+from ..errors import DsparkHarvestError, GeometryError
 from ..geometry import BLOCK_SIZE_FLAGS, RoundGeometry, build_manifest
 from ..harvest import ENV_VAR, DsparkHarvest, Resolution
 from ..tensor_headers import content_fingerprint, tensor_headers
+from .bundled import (
+    KEYS,
+    BundledDraft,
+    check_bundled_head,
+    find_bundled_draft,
+    require_finding_builtin,
+    same_path,
+)
 from .layout import DSPARK, Layout, architectures_of, layout_for
 from .peer import check_peer
 from .refusals import (
@@ -56,6 +64,7 @@ class ServePlan:
     manifest: dict[str, Any] = field(compare=False)
     trained_block_size: int | None = None  # the checkpoint's block when the launch serves a narrower one
     advice: tuple[str, ...] = ()  # WARNINGs the launcher logs with the plan
+    bundled: BundledDraft | None = None  # where a launch without a draft path found its draft
 
     @property
     def harvest(self) -> DsparkHarvest:
@@ -68,12 +77,27 @@ class ServePlan:
 
     @property
     def draft(self) -> str:
-        """``--speculative-draft-model-path`` as given (``cfg.path`` is the folder it resolved to)."""
-        return cast(str, self.request.draft)
+        """``--speculative-draft-model-path`` as given, or the bundled draft as every node names it
+        (``cfg.path`` is the folder it resolved to)."""
+        return self.bundled.name if self.bundled is not None else cast(str, self.request.draft)
 
     @property
     def architectures(self) -> tuple[str, ...]:
-        return architectures_of(self.cfg)
+        """The draft classes sglang loads: the config's, or the class of a head bundled by dspark_* keys."""
+        return (self.bundled.architectures if self.bundled is not None else ()) or architectures_of(self.cfg)
+
+    def check_served_draft(self, served: Any) -> None:
+        """Refuse when sglang's DSPARK handler resolved a bundled draft other than the one the plan
+        censused (the plan leaves that path to it); a draft the launch named is sglang's as given."""
+        bundled = self.bundled
+        if bundled is None or same_path(served, bundled.draft) or same_path(served, self.cfg.path):
+            return
+        raise GeometryError(
+            f"{ALGORITHM}: sglang resolved the draft of this launch to {served!r}, but the plan censused "
+            f"the {bundled.describe()} at {self.cfg.path}; refusing rather than serving a draft whose "
+            "training convention was not read. Pass --speculative-draft-model-path explicitly.",
+            where="--speculative-draft-model-path",
+        )
 
     @property
     def served_markov_head(self) -> tuple[int, str] | None:
@@ -119,11 +143,12 @@ class ServePlan:
         note = "" if self.block_size_source == "config.json" else f" (from {self.block_size_source})"
         if self.narrowed:
             note += f", narrowed from the trained {self.trained_block_size}"
+        bundled = "" if self.bundled is None else f" ({self.bundled.describe()})"
         return (
             f"{ALGORITHM}: harvest={g.harvest.name()} ({self.layout.describe()} semantics) from {src}; "
             f"block_size={g.block_size}{note}, drafts per round={g.gamma} "
             f"(rows {g.harvested_rows[0]}..{g.harvested_rows[-1]}), verify window={g.verify_window}; "
-            f"checkpoint {self.cfg.path}"
+            f"checkpoint {self.cfg.path}{bundled}"
         )
 
 
@@ -140,40 +165,59 @@ def _block_size(cfg: DflashCfg, harvest: DsparkHarvest, request: LaunchRequest) 
     return None, "config.json"
 
 
-def _resolve(request: LaunchRequest) -> tuple[DflashCfg, Resolution, RoundGeometry, str]:
-    """Census, harvest and trained geometry of the requested draft; typed errors as sglang shows them."""
+@dataclass(frozen=True)
+class _Draft:
+    """The requested draft as read: its census, harvest, trained geometry, and where it was found."""
+
+    cfg: DflashCfg
+    resolution: Resolution
+    trained: RoundGeometry
+    block_size_source: str
+    bundled: BundledDraft | None
+    advice: tuple[str, ...]
+
+
+def _resolve(request: LaunchRequest, support: SglangSupport) -> _Draft:
+    """Census, harvest and trained geometry of the requested draft (named, or bundled in the target);
+    typed errors as sglang shows them."""
     from ..census import census
 
-    if not request.draft:
-        raise InvalidCheckpointError(
-            f"{ALGORITHM} needs a draft checkpoint: pass --speculative-draft-model-path DRAFT (a local "
-            "directory or a hub id already in the Hugging Face cache); got none.",
-            where="--speculative-draft-model-path",
-        )
     try:
-        # a hub id resolves as sglang resolves it: same cache and revision, downloaded unless offline
-        cfg = census(request.draft, request.draft_revision, download=True)
+        bundled: BundledDraft | None = None
+        advice: tuple[str, ...] = ()
+        if request.draft:
+            # a hub id resolves as sglang resolves it: same cache and revision, downloaded unless offline
+            cfg = census(request.draft, request.draft_revision, download=True)
+        else:
+            bundled, advice = find_bundled_draft(request, support)
+            cfg = census(bundled.folder)
         environ = {} if request.harvest_env is None else {ENV_VAR: request.harvest_env}
         resolution = DsparkHarvest.explain(cfg, environ=environ)
+        if bundled is not None:
+            check_bundled_head(cfg, bundled, resolution)
         block_size, source = _block_size(cfg, resolution.harvest, request)
         # A missing block size (None) is refused by RoundGeometry itself, naming the arm's flag.
         geometry = RoundGeometry(resolution.harvest, cast(int, block_size))
     except DsparkHarvestError as err:
         raise as_serve_refusal(err) from err
-    return cfg, resolution, geometry, source
+    return _Draft(cfg, resolution, geometry, source, bundled, advice)
 
 
 def make_plan(request: LaunchRequest, support: SglangSupport) -> ServePlan:
     """The plan for ``request`` on ``support``, after every refusal that is the plugin's own."""
-    cfg, resolution, trained, block_size_source = _resolve(request)
+    draft = _resolve(request, support)
+    cfg, resolution, trained, bundled = draft.cfg, draft.resolution, draft.trained, draft.bundled
     layout = layout_for(resolution.harvest, cfg)
     try:
+        if bundled is not None:
+            require_finding_builtin(bundled, layout, cfg.path)
         refuse_disaggregation(request, layout, support)
         served = served_block_size(request, trained, layout, cfg.path)
         geometry = trained if served == trained.block_size else RoundGeometry(trained.harvest, served)
         refuse_uncapturable(request, cfg)
         headers = tensor_headers(cfg.path)  # read once: the loader-layout check and the fingerprint
-        check_servable(cfg, layout, resolution, request.target, support, list(headers))
+        if bundled is None or bundled.form != KEYS:  # a dspark_keys head: check_bundled_head
+            check_servable(cfg, layout, resolution, request.target, support, list(headers))
     except DsparkHarvestError as err:
         raise as_serve_refusal(err) from err
     manifest = build_manifest(
@@ -186,11 +230,12 @@ def make_plan(request: LaunchRequest, support: SglangSupport) -> ServePlan:
             "sglang_builtin": layout.builtin,
             **layout.manifest_fields(),
             "speculative_num_draft_tokens": geometry.verify_window,
-            "block_size_source": block_size_source,
+            "block_size_source": draft.block_size_source,
             "markov_head": None if cfg.markov_head is None else cfg.markov_head.to_json(),
             "trained_block_size": trained.block_size,
-            "draft": request.draft,
-            "draft_revision": request.draft_revision,
+            "draft": request.draft if bundled is None else bundled.name,
+            "draft_revision": request.draft_revision if bundled is None else bundled.revision,
+            "bundled": None if bundled is None else bundled.to_json(),
             "draft_content": content_fingerprint(cfg.raw, headers),
             "disaggregation_mode": request.disaggregation_mode,
         },
@@ -200,9 +245,19 @@ def make_plan(request: LaunchRequest, support: SglangSupport) -> ServePlan:
     except DsparkHarvestError as err:
         raise as_serve_refusal(err) from err
     narrowed = None if geometry is trained else trained.block_size
-    advice = () if peer_advice is None else (peer_advice,)
+    advice = (*draft.advice, *(() if peer_advice is None else (peer_advice,)))
     return ServePlan(
-        request, support, cfg, resolution, geometry, layout, block_size_source, manifest, narrowed, advice
+        request,
+        support,
+        cfg,
+        resolution,
+        geometry,
+        layout,
+        draft.block_size_source,
+        manifest,
+        narrowed,
+        advice,
+        bundled,
     )
 
 

@@ -33,13 +33,14 @@ class SglangSupport:
     version: str
     mask_fill_dspark: bool  # DSPARK reads sample_from_anchor (the mask-fill layout): 0.5.23 on
     disaggregation: tuple[str, ...] = ("DSPARK",)  # builtins whose prefill->decode draft state it builds
+    dspark_subfolder: bool = False  # DSPARK finds a draft in the target's dspark/ subfolder: 0.5.23 on
 
     @classmethod
     def for_version(cls, version: str) -> SglangSupport:
         """The support a released version has (the adapters detect it from sglang's code instead)."""
         numbers = tuple(int(n) for n in re.findall(r"\d+", version)[:3])
         recent = numbers >= (0, 5, 23)
-        return cls(version, recent, ("DFLASH", "DSPARK") if recent else ("DSPARK",))
+        return cls(version, recent, ("DFLASH", "DSPARK") if recent else ("DSPARK",), recent)
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class LaunchRequest:
     draft: str | None
     target: str | None = None
     draft_revision: str | None = None
+    revision: str | None = None  # --revision: the target's, and a bundled draft's
+    download_dir: str | None = None  # --download-dir: the cache sglang fetches a hub target's files into
     num_draft_tokens: Any = None
     dflash_block_size: Any = None
     dspark_block_size: Any = None
@@ -65,6 +68,8 @@ class LaunchRequest:
             draft=_text(args.get("speculative_draft_model_path")),
             target=_text(args.get("model_path")),
             draft_revision=_text(args.get("speculative_draft_model_revision")),
+            revision=_text(args.get("revision")),
+            download_dir=_text(args.get("download_dir")),
             num_draft_tokens=args.get("speculative_num_draft_tokens"),
             dflash_block_size=args.get(flag_field(DFLASH_BLOCK_FLAG)),
             dspark_block_size=args.get(flag_field(DSPARK_BLOCK_FLAG)),

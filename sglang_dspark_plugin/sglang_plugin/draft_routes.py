@@ -10,7 +10,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from ..architectures import SGLANG_DENSE_DSPARK, SGLANG_DSPARK_ARM
+from ..architectures import SGLANG_BUNDLED_DSPARK, SGLANG_DENSE_DSPARK, SGLANG_DSPARK_ARM
 from ..serving.refusals import dspark_arm_names
 from .draft_model import DraftRoute, HarvestDSparkDraftModel
 
@@ -48,8 +48,12 @@ def dspark_draft_route(architectures: tuple[str, ...], route: DraftRoute) -> Ite
     """While the DSpark worker builds its draft, the draft's architecture names load our model.
 
     The swap is in this process's ``ModelRegistry`` only and is undone on exit, so the target (already
-    loaded) and any later model load see sglang's own classes.
+    loaded) and any later model load see sglang's own classes. A head bundled by the target's dspark_*
+    keys loads as sglang's own class (``SGLANG_BUNDLED_DSPARK``; its Markov head is always trained).
     """
+    if any(a in SGLANG_BUNDLED_DSPARK.values() for a in architectures):
+        yield
+        return
     names = dspark_arm_names(architectures)
     with _route_lock:
         HarvestDSparkDraftModel._route = route

@@ -12,12 +12,12 @@ A target that moved is not hooked; the workers' contract (``TARGET_CONTRACT``) n
 from __future__ import annotations
 
 import importlib.abc
-import os
 import sys
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from ..serving.bundled import same_path
 from .resolution import plan_of, published_server_args
 
 _PARSE_MODULE = "sglang.srt.speculative.dspark_components.dspark_config"
@@ -116,13 +116,6 @@ def live_requests_before_result(processor: Any, result: Any, batch: Any, *args: 
         return None
     worker.dspark_live_mask = [not (r.is_retracted or r.finished()) for r in batch.reqs]
     return None
-
-
-def same_path(a: Any, b: Any) -> bool:
-    """Whether two path strings name the same place (``~`` and relative paths resolved)."""
-    if a is None or b is None:
-        return False
-    return os.path.abspath(os.path.expanduser(str(a))) == os.path.abspath(os.path.expanduser(str(b)))
 
 
 def served_markov_after_parse(result: Any, *args: Any, **kwargs: Any) -> Any:

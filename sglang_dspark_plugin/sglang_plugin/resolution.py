@@ -37,6 +37,8 @@ REQUEST_FIELDS = (
     "speculative_draft_model_path",
     "speculative_draft_model_revision",
     "model_path",
+    "revision",
+    "download_dir",
     "speculative_num_draft_tokens",
     flag_field(DFLASH_BLOCK_FLAG),
     flag_field(DSPARK_BLOCK_FLAG),
@@ -83,6 +85,7 @@ def sglang_support() -> SglangSupport:
     """What this sglang can serve: its version, whether its DSPARK has the mask-fill layout, and which
     builtins' prefill->decode draft state it builds (``speculative/<name>_disaggregation.py``)."""
     import sglang
+    from sglang.srt.arg_groups import speculative_hook
     from sglang.srt.speculative.dspark_components import dspark_config
 
     disaggregation = tuple(
@@ -91,7 +94,10 @@ def sglang_support() -> SglangSupport:
         if importlib.util.find_spec(f"sglang.srt.speculative.{name.lower()}_disaggregation") is not None
     )
     return SglangSupport(
-        str(sglang.__version__), hasattr(dspark_config, "get_dspark_sample_from_anchor"), disaggregation
+        str(sglang.__version__),
+        hasattr(dspark_config, "get_dspark_sample_from_anchor"),
+        disaggregation,
+        hasattr(speculative_hook, "_target_checkpoint_dspark_subfolder"),  # a draft in the target's dspark/
     )
 
 

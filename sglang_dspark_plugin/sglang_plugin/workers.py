@@ -31,7 +31,7 @@ from .draft_routes import (
     route_of,
 )
 from .hooks import PARSE_HOOK_TARGET, RESULT_HOOK_TARGET, TARGET_CONTRACT, register_hooks
-from .resolution import announce, read_arg, require_plan
+from .resolution import announce, optional_arg, read_arg, require_plan
 
 if TYPE_CHECKING:
     from ..telemetry import AcceptTelemetry
@@ -157,6 +157,7 @@ class _HarvestWorkerMixin:
                 f"{plan.resolution.source}); refusing rather than serving the wrong convention.",
                 where="speculative_algorithm",
             )
+        plan.check_served_draft(optional_arg(server_args, "speculative_draft_model_path"))
         group, tp_rank = _tp_cpu_group()
         check_rank_agreement(rank_agreement_values(plan), group)
         enable_metrics = bool(getattr(server_args, "enable_metrics", False))

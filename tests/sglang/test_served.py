@@ -100,10 +100,11 @@ class Served:
             batches = [[p] for p in self.prompts]
             if run.concurrent:
                 batches.append(list(self.prompts[: sc.CONCURRENT_REQUESTS]))
+            model, draft = sc.launch_paths(run, EMBEDDED.target, self.drafters)
             engine_args = {
-                "model_path": str(EMBEDDED.target),
+                "model_path": str(model),
                 "speculative_algorithm": run.algorithm,
-                "speculative_draft_model_path": str(self.drafters[run.drafter]),
+                **({} if draft is None else {"speculative_draft_model_path": str(draft)}),
                 **dict(run.extra_args),
             }
             got = run_engine(engine_args, batches, sc.MAX_NEW_TOKENS, env=run.env())

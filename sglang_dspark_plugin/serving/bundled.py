@@ -1,0 +1,209 @@
+"""A DSPARK draft bundled in the target checkpoint, found where sglang's builtin finds it (sglang-free).
+
+With no ``--speculative-draft-model-path``, sglang's DSPARK handler (``_handle_dspark``) looks in two
+places, in this order:
+
+* ``dspark_keys``: the target's config.json carries sglang's prefixed ``dspark_*`` keys
+  (``dspark_block_size`` = gamma, ``dspark_markov_rank``, ``dspark_noise_token_id`` = the mask token,
+  ``dspark_target_layer_ids``): the draft is the target checkpoint itself (``--model-path`` at
+  ``--revision``), its head the target's ``mtp.<stage>.*`` tensors, loaded as sglang's own
+  ``DeepseekV4ForCausalLMDSpark`` (``architectures.SGLANG_BUNDLED_DSPARK``). sglang 0.5.17 and 0.5.23.
+* ``dspark_subfolder``: a ``dspark/`` subfolder of the target with its own config.json, a complete
+  draft checkpoint (for a hub id, the ``dspark/*`` files of the target's snapshot). sglang 0.5.23; 0.5.17
+  refuses the launch.
+
+The plan censuses the folder sglang will load and leaves the path to sglang's handler: a draft path
+declared at the start of resolution would change what sglang resolves (its speculative step gives a
+draft path without a revision the revision ``main``). The worker checks that sglang resolved the
+folder the plan censused (``ServePlan.check_served_draft``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..architectures import SGLANG_BUNDLED_DSPARK
+from ..census.dialects import DEEPSEEK_STAGE_SIGNAL
+from ..census.locate import CONFIG, hub_snapshot, is_hub_id
+from ..census.rules import SGLANG_BUNDLE_KEYS
+from ..checkpoint_files import MAX_CONFIG_BYTES, is_dir, printable, read_json, regular_file
+from ..draft_config import DflashCfg
+from ..errors import InvalidCheckpointError, UnsupportedCheckpointError
+from ..harvest import ENV_VAR, DsparkHarvest, Resolution
+from .layout import DSPARK, Layout
+from .refusals import ALGORITHM, ServeRefusal, require_mask_token
+
+if TYPE_CHECKING:
+    from .request import LaunchRequest, SglangSupport
+
+KEYS, SUBFOLDER = "dspark_keys", "dspark_subfolder"
+SUBFOLDER_NAME = "dspark"
+DRAFT_FLAG = "--speculative-draft-model-path"
+HUB_PATTERNS = ["*.json", f"{SUBFOLDER_NAME}/*"]
+"""What the plan takes of a hub target: its configs and shard index (the census reads names, not
+weights) and the ``dspark/`` files sglang itself fetches for a subfolder draft."""
+
+
+@dataclass(frozen=True)
+class BundledDraft:
+    """Where a launch without a draft path finds its draft, as sglang's DSPARK handler finds it."""
+
+    form: str  # KEYS or SUBFOLDER
+    draft: str  # what sglang's --speculative-draft-model-path becomes on this node
+    name: str  # the draft as every node names it: the target, or <target>/dspark
+    folder: str  # the local folder the census reads
+    revision: str | None = None  # KEYS: the target's --revision, which sglang gives the draft
+    target_architecture: str | None = None
+
+    @property
+    def architectures(self) -> tuple[str, ...]:
+        """The class sglang loads a ``dspark_keys`` head as; ``()`` for a subfolder (its config names it)."""
+        served = SGLANG_BUNDLED_DSPARK.get(self.target_architecture or "")
+        return (served,) if self.form == KEYS and served else ()
+
+    def describe(self) -> str:
+        where = "its config.json's dspark_* keys" if self.form == KEYS else f"its {SUBFOLDER_NAME}/ subfolder"
+        return f"draft bundled in the target ({where})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"form": self.form, "draft": self.name, "revision": self.revision}
+
+
+def same_path(a: Any, b: Any) -> bool:
+    """Whether two path strings name the same place (``~`` and relative paths resolved)."""
+    if a is None or b is None:
+        return False
+    return os.path.abspath(os.path.expanduser(str(a))) == os.path.abspath(os.path.expanduser(str(b)))
+
+
+def find_bundled_draft(
+    request: LaunchRequest, support: SglangSupport
+) -> tuple[BundledDraft, tuple[str, ...]]:
+    """The bundled draft of a launch that names none, and any advice; refused where sglang finds none."""
+    target = request.target
+    if not target:
+        raise _no_draft("the launch names no --model-path either", ())
+    folder = _target_folder(target, request)
+    config = read_json(folder / CONFIG, "target config", MAX_CONFIG_BYTES, "fix the target's config.json.")
+    config = config if isinstance(config, dict) else {}
+    keys = [k for k in SGLANG_BUNDLE_KEYS if config.get(k) is not None]
+    sub = folder / SUBFOLDER_NAME
+    fix = f"remove it, or pass {DRAFT_FLAG}."
+    has_sub = regular_file(sub / CONFIG, "bundled draft config", fix) is not None
+    if keys:
+        archs = config.get("architectures")
+        arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+        found = BundledDraft(KEYS, target, target, str(folder), request.revision, arch)
+        ignored = f"{printable(sub)} is not served: sglang takes the dspark_* keys of the target first"
+        return found, ((ignored,) if has_sub and support.dspark_subfolder else ())
+    if has_sub and support.dspark_subfolder:
+        local = is_dir(target, "target")
+        draft = os.path.join(target if local else str(folder), SUBFOLDER_NAME)  # sglang's own join
+        name = os.path.join(target, SUBFOLDER_NAME) if local else f"{target}/{SUBFOLDER_NAME}"
+        return BundledDraft(SUBFOLDER, draft, name, str(sub)), ()
+    if has_sub:
+        raise ServeRefusal(
+            f"{ALGORITHM}: the launch names no draft and the target {printable(target)} holds one in its "
+            f"{SUBFOLDER_NAME}/ subfolder ({printable(sub / CONFIG)}), but sglang {support.version}'s DSPARK "
+            "does not look there (its handler knows only the dspark_* keys of the target's config.json; "
+            'sglang 0.5.23 looks in dspark/ too), so the builtin refuses this launch as well ("DSpark '
+            f'dense speculative decoding requires setting {DRAFT_FLAG}"). Pass {DRAFT_FLAG} '
+            f"{printable(sub)}, or serve with sglang 0.5.23 or later.",
+            kind="unsupported",
+            where=DRAFT_FLAG,
+        )
+    places = (
+        f"{printable(folder / CONFIG)} has none of the dspark_* keys ({', '.join(SGLANG_BUNDLE_KEYS)})",
+        *(() if not support.dspark_subfolder else (f"{printable(sub / CONFIG)} does not exist",)),
+    )
+    raise _no_draft("; ".join(places), places)
+
+
+def _no_draft(why: str, places: tuple[str, ...]) -> InvalidCheckpointError:
+    looked = " looked for a draft bundled in the target: " if places else " "
+    return InvalidCheckpointError(
+        f"{ALGORITHM} needs a draft checkpoint and the launch names none; it{looked}{why}. Pass "
+        f"{DRAFT_FLAG} DRAFT (a local directory, or a hub id sglang downloads unless HF_HUB_OFFLINE is set).",
+        where=DRAFT_FLAG,
+    )
+
+
+def _target_folder(target: str, request: LaunchRequest) -> Path:
+    """The target's local folder: the path itself, or its hub snapshot at ``--revision``."""
+    if is_dir(target, "target"):
+        return Path(target).expanduser()
+    if not is_hub_id(target):
+        raise _no_draft(f"the target {printable(target)} is neither a local folder nor a hub id", ())
+    return hub_snapshot(
+        target,
+        request.revision,
+        flag="--revision",
+        allow_patterns=HUB_PATTERNS,
+        cache_dir=request.download_dir,
+    )
+
+
+def require_finding_builtin(bundled: BundledDraft, layout: Layout, folder: str) -> None:
+    """Only DSPARK finds a draft bundled in the target: a draft DFLASH serves needs its path."""
+    if layout.builtin == DSPARK:
+        return
+    raise UnsupportedCheckpointError(
+        f"the {bundled.describe()} at {folder} is mask-fill without a Markov head, which sglang serves "
+        f"with DFLASH, and only sglang's DSPARK looks for a draft in the target checkpoint (DFLASH needs "
+        f"its path). Pass {DRAFT_FLAG} {bundled.draft}.",
+        where=DRAFT_FLAG,
+    )
+
+
+def check_bundled_head(cfg: DflashCfg, bundled: BundledDraft, resolution: Resolution) -> None:
+    """Refuse a ``dspark_keys`` head sglang would not load as a DSpark draft, before any model loads."""
+    if bundled.form != KEYS:
+        return
+    where = f"{cfg.path}/config.json"
+    if not bundled.architectures:
+        raise UnsupportedCheckpointError(
+            f"the target {bundled.name} declares a bundled DSpark head (dspark_* keys in {where}) but its "
+            f"architectures[0] = {bundled.target_architecture!r} is not a class sglang loads such a head "
+            f"from ({', '.join(SGLANG_BUNDLED_DSPARK)}): sglang would load the whole target as its own "
+            f"draft. Pass {DRAFT_FLAG} with the draft checkpoint.",
+            where=f"{where}: architectures",
+        )
+    if resolution.harvest is not DsparkHarvest.DSPARK:
+        raise UnsupportedCheckpointError(
+            f"the bundled DSpark head of {bundled.name} is served by sglang's {bundled.architectures[0]} "
+            f"under DSPARK only (shifted: gamma = dspark_block_size drafts, verify window gamma + 1), but "
+            f"the {resolution.harvest.name()} harvest was resolved ({resolution.source}). Unset {ENV_VAR}, "
+            "or fix the target config's keys that declare a mask-fill layout.",
+            where=f"{where}: {ENV_VAR if resolution.source == 'env' else 'dspark_*'}",
+        )
+    if not cfg.markov_rank or cfg.markov_head is None:  # sglang reads the rank from the config only
+        raise InvalidCheckpointError(
+            f"the bundled DSpark head of {bundled.name} has no Markov rank ({where}: dspark_markov_rank "
+            f"is {cfg.markov_rank!r}); sglang's {bundled.architectures[0]} requires markov_rank > 0. Set "
+            "dspark_markov_rank to the rank of the head's mtp.N.markov_head.* tensors.",
+            where=f"{where}: dspark_markov_rank",
+        )
+    require_mask_token(cfg)
+    if not any(s.signal.endswith(DEEPSEEK_STAGE_SIGNAL) for s in cfg.evidence):
+        raise InvalidCheckpointError(
+            f"the target {bundled.name} declares a bundled DSpark head (dspark_* keys in {where}) but its "
+            f"weights name no {DEEPSEEK_STAGE_SIGNAL} tensor (the head's Markov tables, which sglang "
+            "loads from mtp.<stage>.markov_head.embed / .head): the config and the weights contradict "
+            f"each other. Pass the checkpoint that holds the head, or {DRAFT_FLAG} with the draft.",
+            where=f"{cfg.path}: {DEEPSEEK_STAGE_SIGNAL}",
+        )
+
+
+__all__ = [
+    "KEYS",
+    "SUBFOLDER",
+    "SUBFOLDER_NAME",
+    "BundledDraft",
+    "check_bundled_head",
+    "find_bundled_draft",
+    "require_finding_builtin",
+    "same_path",
+]
