@@ -165,6 +165,7 @@ class LiveProbe:
         self._requests: dict[Hashable, _Request] = {}
         self._matches = [0, 0, 0]  # by OFFSETS
         self._compared = [0, 0, 0]
+        self._polled_at = 0  # drafts scored when poll last decided (it decides again only after more)
 
     @property
     def counts(self) -> ProbeCounts:
@@ -234,8 +235,10 @@ class LiveProbe:
     def poll(self) -> LiveVerdict | None:
         """The verdict, the first time the counts are decisive (logged then; under
         ``MEMRA_DSPARK_ON_MISMATCH=fail`` a mismatch raises ``ProbeMismatchError``); else ``None``."""
-        if self.verdict is not None:
+        scored = self._compared[0]
+        if self.verdict is not None or scored == self._polled_at:
             return None
+        self._polled_at = scored
         found = self.assessment()
         if not found.decisive:
             return None
@@ -261,7 +264,7 @@ class LiveProbe:
     def _resolve(self, rid: Hashable, request: _Request) -> None:
         pending = request.pending
         while pending and pending[0].last_needed < request.next_pos:
-            self._score(pending.popleft(), request)
+            self._score_whole(pending.popleft(), request)
         if not pending:
             del self._requests[rid]
             return
@@ -269,6 +272,19 @@ class LiveProbe:
         if cut > 0:
             del request.tokens[:cut]
             request.base += cut
+
+    def _score_whole(self, sample: _Sample, request: _Request) -> None:
+        """``_score`` for a round whose every position is committed (the common case, in three slices)."""
+        drafts, gamma, at = sample.drafts, len(sample.drafts), sample.anchor_pos - request.base
+        window = request.tokens[at : at + gamma + 2]  # positions anchor .. anchor + gamma + 1
+        unseen, unseen_after_first = drafts.count(None), drafts[1:].count(None)
+        m, c = self._matches, self._compared
+        m[0] += sum(map(eq, drafts, window[1:]))
+        m[1] += sum(map(eq, drafts, window[2:]))
+        m[2] += sum(map(eq, drafts[1:], window[1:]))  # draft 1 is not compared with the anchor
+        c[0] += gamma - (0 if sample.unseen_rejected else unseen)
+        c[1] += gamma - unseen
+        c[2] += gamma - 1 - unseen_after_first
 
     def _score(self, sample: _Sample, request: _Request) -> None:
         """Add ``sample``'s drafts at each offset whose positions ``request`` has committed; never at the
