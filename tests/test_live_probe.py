@@ -251,3 +251,17 @@ def test_fail_stops_on_a_mismatch_and_not_on_a_match() -> None:
     fine = LiveProbe(DFLASH, fail)
     drive(fine, sequence(400), gamma=7, shift=0)
     assert fine.poll().kind == "matched"  # type: ignore[union-attr]
+
+
+def test_the_cost_benchmark_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_live_probe.py"
+    spec = importlib.util.spec_from_file_location("bench_live_probe", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--rounds", "16", "--repeats", "1"]) == 0
+    rows = capsys.readouterr().out.splitlines()[1:]
+    assert len(rows) == 9 and all(float(r.split()[-3]) > 0 for r in rows)
