@@ -101,6 +101,13 @@ class SettingsError(DsparkHarvestError, ValueError):
     kind = "env"
 
 
+class ProbeMismatchError(DsparkHarvestError):
+    """The live offset probe found the served drafts misaligned or unmatched, under
+    ``MEMRA_DSPARK_ON_MISMATCH=fail``; the message says what it measured and what fixes it."""
+
+    kind = "probe"
+
+
 class ArgumentTypeError(DsparkHarvestError, TypeError):
     """A Python API call got an argument of the wrong type (a dict for a ``DflashCfg``, a str for a
     ``DsparkHarvest``); the message names the parameter, the type it got and the one it takes."""
@@ -119,5 +126,6 @@ __all__ = [
     "UsageError",
     "MemoryLimitError",
     "SettingsError",
+    "ProbeMismatchError",
     "ArgumentTypeError",
 ]

@@ -36,7 +36,7 @@ class Setting:
     """One ``MEMRA_DSPARK_*`` variable."""
 
     name: str
-    kind: str  # "choice", "path", "level", "int" or "number"
+    kind: str  # "choice", "word", "path", "level", "int" or "number"
     default: Any
     accepted: str  # what the refusal and the docs list as accepted
     doc: str
@@ -44,6 +44,7 @@ class Setting:
     maximum: float | None = None
     accepts_off: bool = False  # whether OFF / NONE is accepted ...
     off: Any = None  # ... and the value it stands for
+    words: tuple[str, ...] = ()  # a "word" setting's accepted values (lower case)
 
     def parse(self, raw: str) -> Any:
         """The value of ``raw`` under this setting's rule; ``SettingsError`` when it breaks it."""
@@ -111,12 +112,19 @@ def _choice(setting: Setting, text: str) -> str | None:
     return DsparkHarvest.from_env_value(text).name()  # refuses with its own typed message
 
 
+def _word(setting: Setting, text: str) -> str | None:
+    # ASCII only: a look-alike (the Kelvin sign lower-cases to "k") must not pass as a word
+    word = text.lower()
+    return word if text.isascii() and word in setting.words else None
+
+
 def _path(setting: Setting, text: str) -> str | None:
     return text if text and text.isprintable() and len(text) <= 4096 else None
 
 
 _PARSERS: dict[str, Callable[[Setting, str], Any]] = {
     "choice": _choice,
+    "word": _word,
     "path": _path,
     "level": _level,
     "int": _int,
@@ -195,6 +203,36 @@ ALARM_WINDOW = Setting(
     minimum=1,
     maximum=100_000,
 )
+PROBE_ROUNDS = Setting(
+    "MEMRA_DSPARK_PROBE_ROUNDS",
+    "int",
+    200,
+    "an integer 0..1000000000",
+    "verify rounds after startup in which the live offset probe samples every round",
+    minimum=0,
+    maximum=10**9,
+)
+PROBE_EVERY = Setting(
+    "MEMRA_DSPARK_PROBE_EVERY",
+    "int",
+    16,
+    "an integer 0..1000000, or OFF (= 0)",
+    "after those rounds the probe samples 1 round in this many, and every round while the alarm window "
+    "is below its threshold; 0 or OFF: none but those",
+    minimum=0,
+    maximum=10**6,
+    accepts_off=True,
+    off=0,
+)
+ON_MISMATCH = Setting(
+    "MEMRA_DSPARK_ON_MISMATCH",
+    "word",
+    "warn",
+    "warn, fail (ASCII, case-insensitive)",
+    "what a decisive probe verdict other than matched does: warn logs it; fail also stops the server "
+    "with it (canaries, staging)",
+    words=("warn", "fail"),
+)
 
 SETTINGS: tuple[Setting, ...] = (
     HARVEST,
@@ -205,6 +243,9 @@ SETTINGS: tuple[Setting, ...] = (
     ALARM_THRESHOLD,
     ALARM_WARMUP,
     ALARM_WINDOW,
+    PROBE_ROUNDS,
+    PROBE_EVERY,
+    ON_MISMATCH,
 )
 """Every ``MEMRA_DSPARK_*`` variable the package reads."""
 BY_NAME = {s.name: s for s in SETTINGS}
@@ -237,6 +278,9 @@ __all__ = [
     "ALARM_THRESHOLD",
     "ALARM_WARMUP",
     "ALARM_WINDOW",
+    "PROBE_ROUNDS",
+    "PROBE_EVERY",
+    "ON_MISMATCH",
     "read_setting",
     "settings_table",
 ]

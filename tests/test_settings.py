@@ -40,6 +40,9 @@ def test_the_docs_hold_the_generated_table() -> None:
         ("MEMRA_DSPARK_ALARM_THRESHOLD", "none", 0.0),
         ("MEMRA_DSPARK_HARVEST", "DSpark", "dspark"),
         ("MEMRA_DSPARK_MANIFEST", "/m.json", "/m.json"),
+        ("MEMRA_DSPARK_PROBE_ROUNDS", "0", 0),
+        ("MEMRA_DSPARK_PROBE_EVERY", "OFF", 0),
+        ("MEMRA_DSPARK_ON_MISMATCH", " Fail ", "fail"),
     ],
 )
 def test_accepted_values(name: str, raw: str, value: object) -> None:
@@ -62,6 +65,10 @@ def test_accepted_values(name: str, raw: str, value: object) -> None:
         ("MEMRA_DSPARK_ALARM_WARMUP", "OFF"),  # OFF is not a warm-up
         ("MEMRA_DSPARK_MANIFEST", "/m\n.json"),
         ("MEMRA_DSPARK_HARVEST", "dflsh"),
+        ("MEMRA_DSPARK_PROBE_EVERY", "1000001"),
+        ("MEMRA_DSPARK_PROBE_ROUNDS", "off"),  # OFF is not a count of rounds
+        ("MEMRA_DSPARK_ON_MISMATCH", "abort"),
+        ("MEMRA_DSPARK_ON_MISMATCH", "fa\u0131l"),  # a dotless i: not ASCII
     ],
 )
 def test_refused_values_name_the_variable(name: str, raw: str) -> None:

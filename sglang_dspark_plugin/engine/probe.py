@@ -119,9 +119,7 @@ def verdict(
         1: (counts.late, rates["late"]),
         -1: (counts.early, rates["early"]),
     }
-    summary = (
-        f"match rate own {rates['own']:.2f}, one later {rates['late']:.2f}, one earlier {rates['early']:.2f}"
-    )
+    summary = rates_text(counts)
     best = max(by_offset, key=lambda o: (by_offset[o][1], o == 0))  # ties go to "aligned"
     best_matches, best_rate = by_offset[best]
     if best_matches < min_matches:
@@ -138,7 +136,7 @@ def verdict(
             INCONCLUSIVE,
             f"no offset stands out (a neighbour must beat the own position by {margin}x); {summary}",
         )
-    return ProbeResult(counts, _misaligned(best, harvest), summary)
+    return ProbeResult(counts, misalignment(best, harvest), summary)
 
 
 def offset_probe(
@@ -148,7 +146,17 @@ def offset_probe(
     return verdict(probe_counts(rounds, sequence), harvest)
 
 
-def _misaligned(offset: int, harvest: DsparkHarvest | None) -> str:
+def rates_text(counts: ProbeCounts) -> str:
+    """The match rates by offset, as the probe's verdicts state them."""
+    rates = counts.rates
+    return (
+        f"match rate own {rates['own']:.2f}, one later {rates['late']:.2f}, one earlier {rates['early']:.2f}"
+    )
+
+
+def misalignment(offset: int, harvest: DsparkHarvest | None) -> str:
+    """The verdict on drafts that match best one position late (``offset`` 1) or early (-1), under the
+    harvest they were drafted with (``None``: not known)."""
     # Late drafts are the signature of a shifted drafter read as mask-fill, early ones the converse;
     # the same offset under the other harvest would mean a drafter two rows off, which no convention is.
     expected = DsparkHarvest.DFLASH if offset == 1 else DsparkHarvest.DSPARK
@@ -165,6 +173,8 @@ __all__ = [
     "probe_counts",
     "verdict",
     "offset_probe",
+    "rates_text",
+    "misalignment",
     "ALIGNED",
     "LATE",
     "EARLY",
