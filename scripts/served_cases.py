@@ -354,6 +354,10 @@ def drafter_folders(embedded_root: Path, workdir: Path) -> dict[str, Path]:
 
 ROUND_LINE = re.compile(r"dspark accept round=(\d+) bs=(\d+) accept_len=\[([0-9,]*)\]")
 ALARM_LINE = "dspark accept ALARM"
+PROBE_LINE = re.compile(
+    r"dspark probe: (matched|drafts one position (?:late|early)[^\n]*?set (MEMRA_DSPARK_HARVEST=\w+))"
+)
+"""The live probe's verdict line: matched, or the measured misalignment and the override that fixes it."""
 STARTUP_LINE = re.compile(r"DSPARK_HARVEST: harvest=(dflash|dspark)")
 
 
@@ -507,6 +511,17 @@ def check_reference(
     return checks
 
 
+def _probe_check(name: str, matched: bool, log: str, trained: str) -> Check:
+    """The live probe measured what the run is: matched, or one position off with the override that
+    names the drafter's own training (its measured verdict, not a guess)."""
+    found = PROBE_LINE.search(log)
+    said = "no verdict line" if found is None else found.group(0)[:200]
+    if matched:
+        return Check(f"{name}: probe says matched", found is not None and found.group(1) == "matched", said)
+    want = f"MEMRA_DSPARK_HARVEST={trained}"
+    return Check(f"{name}: probe names {want}", found is not None and found.group(2) == want, said)
+
+
 def check_collapse(outcomes: dict[str, Outcome], greedy: list[list[int]]) -> list[Check]:
     """Both drafters under both forced harvests: lossless, matched >= 2x mismatched, alarm iff mismatched."""
     checks = []
@@ -520,6 +535,7 @@ def check_collapse(outcomes: dict[str, Outcome], greedy: list[list[int]]) -> lis
                 alarm is (not run.matched),
                 f"pooled accept length {got.pooled_accept_length():.2f}",
             ),
+            _probe_check(name, run.matched, got.log, "dspark" if name.endswith("/dspark") else "dflash"),
             Check(
                 f"{name}: startup line and manifest logged",
                 bool(STARTUP_LINE.search(got.log)) and "geometry manifest" in got.log,

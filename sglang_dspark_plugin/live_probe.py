@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from operator import eq
 
 from . import settings as table
-from .engine.probe import ProbeCounts
 from .errors import GeometryError, ProbeMismatchError, SettingsError
 from .harvest import DsparkHarvest
 from .live_verdict import OFFSETS, DecisionRule, LiveVerdict, decide
 from .logsafe import safe_logger
+from .offsets import ProbeCounts
 from .validation import is_int
 
 logger = safe_logger("sglang_dspark_plugin.probe")
@@ -33,6 +33,10 @@ MAX_REQUESTS = 1024
 """Requests tracked at once; a sampled round of one more request is skipped (and counted)."""
 MAX_PENDING = 16
 """Sampled rounds kept per request (a request has at most gamma + 2 unresolved rounds in flight)."""
+MAX_SAMPLED_PER_ROUND = 8
+"""Requests whose drafts one sampled round keeps (the first in batch order): bounds a round's cost at
+large batch sizes (about 4 us per sampled request-round) while every request's tokens still count."""
+
 STALE_ROUNDS = 256
 """A request absent from this many verify rounds has left (finished, aborted): its state is dropped."""
 
@@ -150,6 +154,7 @@ class LiveProbe:
         max_requests: int = MAX_REQUESTS,
         max_pending: int = MAX_PENDING,
         stale_rounds: int = STALE_ROUNDS,
+        max_per_round: int = MAX_SAMPLED_PER_ROUND,
         dp_tag: str = "",
     ) -> None:
         self.harvest = harvest
@@ -157,6 +162,8 @@ class LiveProbe:
         self.rule = rule or DecisionRule()
         self.max_requests, self.max_pending, self.stale_rounds = max_requests, max_pending, stale_rounds
         self.dp_tag = dp_tag
+        self.max_per_round = max_per_round
+        self._taken = 0  # requests sampled in the current round
         self.rounds = 0  # verify rounds begun
         self.sampled_rounds = 0
         self.skipped = 0  # sampled request-rounds not kept: the request or pending limit
@@ -188,6 +195,7 @@ class LiveProbe:
         rounds, every = self.settings.rounds, self.settings.every
         self._sampled = index < rounds or alarm_low or (every > 0 and (index - rounds) % every == 0)
         self.sampled_rounds += self._sampled
+        self._taken = 0
         return self._sampled
 
     @property
@@ -207,14 +215,16 @@ class LiveProbe:
         if request is not None and request.next_pos != anchor_pos + 1:
             self.finish(rid)  # restarted (a retraction re-prefills): score what is known, start over
             request = None
+        take = self._sampled and self._taken < self.max_per_round
         if request is None:
-            if not self._sampled:
+            if not take:
                 return
             if len(self._requests) >= self.max_requests:
                 self.skipped += 1
                 return
             request = self._requests[rid] = _Request(anchor_pos, [anchor])
-        if self._sampled:
+        if take:
+            self._taken += 1
             if len(request.pending) < self.max_pending:
                 request.pending.append(
                     _Sample(anchor_pos, row.drafts, row.unseen_rejected, anchor_pos + len(row.drafts) + 1)
@@ -224,6 +234,30 @@ class LiveProbe:
         request.tokens.extend(row.committed)
         request.last_round = self.rounds
         self._resolve(rid, request)
+
+    def observe_round(
+        self,
+        requests: Sequence[tuple[Hashable, Sequence[int], bool]],
+        committed: Sequence[Sequence[int]],
+        rows: Sequence[int] | None,
+        accept: Sequence[int] | None,
+        block: Sequence[int] | None = None,
+    ) -> None:
+        """One verify round as sglang's host copies hold it, after ``begin_round``: ``requests[i]`` is
+        (rid, output ids before this round, whether sglang counts request i this round),
+        ``committed[i]`` the tokens it commits; on a sampled round ``rows`` is the flat output rows
+        (one row of equal width per request), ``accept`` the accept lengths and ``block`` DSPARK's
+        block accept lengths (``None`` where the builtin caps nothing)."""
+        stride = len(rows) // len(requests) if rows and requests else 0
+        for i, (rid, out, live) in enumerate(requests):
+            if not live or not out or not self.wants(rid):
+                continue
+            if stride and accept is not None:
+                capped = block is not None and block[i] > accept[i]
+                row = verify_row(rows[i * stride : (i + 1) * stride], accept[i], capped=capped)  # type: ignore[index]
+            else:
+                row = VerifyRow((), tuple(committed[i]))
+            self.observe(rid, len(out) - 1, out[-1], row)
 
     def finish(self, rid: Hashable) -> None:
         """``rid`` has ended: score its pending drafts where the committed tokens reach, drop its state."""

@@ -11,8 +11,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .engine.probe import EARLY, LATE, ProbeCounts, misalignment, rates_text
 from .harvest import ENV_VAR, DsparkHarvest
+from .offsets import EARLY, LATE, ProbeCounts, misalignment, rates_text
 
 OFFSETS = (0, 1, -1)
 """Own position, one later, one earlier: the order of ``ProbeCounts``' fields."""

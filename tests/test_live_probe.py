@@ -265,3 +265,47 @@ def test_the_cost_benchmark_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert bench.main(["--rounds", "16", "--repeats", "1"]) == 0
     rows = capsys.readouterr().out.splitlines()[1:]
     assert len(rows) == 9 and all(float(r.split()[-3]) > 0 for r in rows)
+
+
+# -- a whole served round at once (what the worker hands over) ----------------------------------------
+
+
+def _served_round(requests: int, k: int, gamma: int, shift: int) -> tuple[list, list, list[int], list[int]]:
+    """Round ``k`` of ``requests`` requests decoding their own sequences, one accepted draft each:
+    (requests, committed, flat rows, accept lengths) as sglang's host copy holds them."""
+    reqs, committed, rows, accept = [], [], [], []
+    for r in range(requests):
+        seq = sequence(400, seed=r + 3)
+        pos = 10 + 2 * k
+        drafts = [seq[pos + j + shift] for j in range(1, gamma + 1)]
+        done = seq[pos + 1 : pos + 3]
+        reqs.append((r, seq[: pos + 1], True))
+        committed.append(done)
+        rows += row_of_round(drafts, done)
+        accept.append(len(done))
+    return reqs, committed, rows, accept
+
+
+def test_a_whole_round_scores_as_its_requests_one_by_one() -> None:
+    whole, single = LiveProbe(DSPARK, EVERY_ROUND), LiveProbe(DSPARK, EVERY_ROUND)
+    for k in range(60):
+        reqs, committed, rows, accept = _served_round(4, k, 5, 1)
+        whole.begin_round()
+        whole.observe_round(reqs, committed, rows, accept)
+        single.begin_round()
+        for i, (rid, out, _) in enumerate(reqs):
+            single.observe(rid, len(out) - 1, out[-1], verify_row(rows[i * 6 : (i + 1) * 6], accept[i]))
+    assert whole.counts == single.counts and whole.counts.compared_own > 0
+
+
+def test_a_round_keeps_the_drafts_of_at_most_max_per_round_requests() -> None:
+    probe = LiveProbe(DSPARK, EVERY_ROUND, max_per_round=8)
+    reqs, committed, rows, accept = _served_round(64, 0, 5, 0)
+    probe.begin_round()
+    probe.observe_round(reqs, committed, rows, accept)
+    requests, pending, _ = probe.held()
+    assert requests == 8 and pending == 8  # the other 56 are not tracked: their rows cost nothing more
+    reqs[0] = (0, reqs[0][1], False)  # a request sglang does not count this round is left out
+    probe.begin_round()
+    probe.observe_round(reqs, committed, None, None)  # an unsampled round: committed tokens only
+    assert probe.held()[0] <= 8

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..geometry import BLOCK_SIZE_FLAGS
 from ..harvest import ENV_VAR, DsparkHarvest
+from ..live_probe import ProbeSettings
 from ..settings import MANIFEST, PEER_MANIFEST, read_setting
 from ..telemetry.settings import TelemetrySettings
 
@@ -60,6 +61,7 @@ class LaunchRequest:
     manifest_path: str | None = None  # MEMRA_DSPARK_MANIFEST
     peer_manifest: str | None = None  # MEMRA_DSPARK_PEER_MANIFEST (a disaggregated decode server)
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)  # the telemetry variables
+    probe: ProbeSettings = field(default_factory=ProbeSettings)  # the live offset probe's variables
 
     @classmethod
     def of(cls, args: Mapping[str, Any], environ: Mapping[str, str]) -> LaunchRequest:
@@ -78,6 +80,7 @@ class LaunchRequest:
             manifest_path=read_setting(MANIFEST_ENV_VAR, environ),
             peer_manifest=read_setting(PEER_MANIFEST.name, environ),
             telemetry=TelemetrySettings.from_env(environ),
+            probe=ProbeSettings.from_env(environ),
         )
 
     def block_size_flags(self) -> dict[str, Any]:

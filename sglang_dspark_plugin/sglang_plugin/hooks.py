@@ -2,7 +2,8 @@
 modules they sit in: through sglang's ``HookRegistry`` when the module is loaded already, else the
 moment it is first imported (a process that never imports it pays nothing).
 
-* the live-request mask, BEFORE ``SchedulerBatchResultProcessor._resolve_spec_v2_tokens``;
+* the live-request mask and the live offset probe, AROUND
+  ``SchedulerBatchResultProcessor._resolve_spec_v2_tokens``;
 * the dspark arm's Markov answer, AFTER ``parse_dspark_draft_config`` (``draft_model``).
 
 A target that moved is not hooked; the workers' contract (``TARGET_CONTRACT``) names it when a
@@ -37,7 +38,7 @@ HOOK_CONTRACT: list[tuple[str, str, tuple[str, ...] | None]] = [
     (_REGISTRY, "HookRegistry._patched", None),  # apply_own: only the plugin's own targets
     (_REGISTRY, "HookRegistry._apply_target", ("target", "hooks")),
     (_REGISTRY, "HookType.AFTER", None),
-    (_REGISTRY, "HookType.BEFORE", None),
+    (_REGISTRY, "HookType.AROUND", None),
 ]
 """What registering the hooks relies on (``sglang.srt.plugins`` has imported it): checked by
 ``register()``."""
@@ -56,13 +57,15 @@ def register_hooks() -> None:
     * the live-request mask: with the overlap scheduler a request that finished in round k is still in
       the batch of round k+1, whose result sglang does not count for it (``spec_verify_ct``); the
       plugin's telemetry must not count it either;
+    * the live offset probe: after sglang resolved the round, the worker scores the drafts of its
+      output rows against what the requests commit (``LiveProbe``; host lists only, no device work);
     * the dspark arm's parse hook: the target's model runner already refuses a draft without a Markov
       head when the algorithm is DSpark, before the draft worker exists.
     """
     from sglang.srt.plugins.hook_registry import HookType
 
     for module_name, qualname, hook, kind in (
-        (_RESULT_MODULE, _RESULT_QUALNAME, live_requests_before_result, HookType.BEFORE),
+        (_RESULT_MODULE, _RESULT_QUALNAME, round_around_result, HookType.AROUND),
         (_PARSE_MODULE, "parse_dspark_draft_config", served_markov_after_parse, HookType.AFTER),
     ):
         if module_name in sys.modules:
@@ -109,13 +112,20 @@ def apply_own(registry: Any, target: str) -> None:
     registry._patched.add(target)
 
 
-def live_requests_before_result(processor: Any, result: Any, batch: Any, *args: Any, **kwargs: Any) -> None:
-    """BEFORE hook: tell a plugin worker which requests of this round sglang will count (no device work)."""
+def round_around_result(
+    original: Any, processor: Any, result: Any, batch: Any, *args: Any, **kwargs: Any
+) -> Any:
+    """AROUND hook: before sglang resolves a round, tell a plugin worker which requests it will count
+    (the live-request mask); after, hand the worker the round for its probe. No device work."""
     worker = getattr(processor, "model_worker", None)
     if worker is None or getattr(worker, "dspark_telemetry", None) is None:
-        return None
-    worker.dspark_live_mask = [not (r.is_retracted or r.finished()) for r in batch.reqs]
-    return None
+        return original(processor, result, batch, *args, **kwargs)
+    live = worker.dspark_live_mask = [not (r.is_retracted or r.finished()) for r in batch.reqs]
+    committed = original(processor, result, batch, *args, **kwargs)
+    probe_round = getattr(worker, "dspark_probe_round", None)
+    if probe_round is not None:
+        probe_round(committed, result, batch, live)
+    return committed
 
 
 def served_markov_after_parse(result: Any, *args: Any, **kwargs: Any) -> Any:
@@ -198,7 +208,7 @@ __all__ = [
     "HOOK_CONTRACT",
     "TARGET_CONTRACT",
     "register_hooks",
-    "live_requests_before_result",
+    "round_around_result",
     "served_markov_after_parse",
     "same_path",
 ]

@@ -34,6 +34,7 @@ from .hooks import PARSE_HOOK_TARGET, RESULT_HOOK_TARGET, TARGET_CONTRACT, regis
 from .resolution import announce, optional_arg, read_arg, require_plan
 
 if TYPE_CHECKING:
+    from ..live_probe import LiveProbe
     from ..telemetry import AcceptTelemetry
 
 logger = safe_logger("sglang_dspark_plugin.sglang_plugin")
@@ -139,6 +140,7 @@ class _HarvestWorkerMixin:
     dspark_harvest: ClassVar[DsparkHarvest]
     dspark_plan: ServePlan | None = None
     dspark_telemetry: AcceptTelemetry | None = None
+    dspark_probe: LiveProbe | None = None
 
     def _dspark_harvest_init(self, server_args: Any) -> ServePlan:
         plan = require_plan(server_args, type(self).__name__)
@@ -170,12 +172,13 @@ class _HarvestWorkerMixin:
         That is TP rank 0 (the others verify the same rounds), and with data-parallel attention the
         first rank of every DP group, whose lines end with ``dp=N`` (``telemetry_placement``).
         """
+        from ..live_probe import LiveProbe
         from ..telemetry import AcceptTelemetry, PrometheusMetrics
 
         self.dspark_plan = plan
         watches, dp_rank = telemetry_placement(attention_ranks(tp_rank))
         if not watches:
-            self.dspark_telemetry = None
+            self.dspark_telemetry = self.dspark_probe = None
             return
         # The startup line and manifest in the scheduler too: sglang 0.5.17 resolves its arguments
         # before the launcher configures logging, so the launcher's INFO lines can be lost.
@@ -185,6 +188,9 @@ class _HarvestWorkerMixin:
         self.dspark_telemetry = AcceptTelemetry.from_resolution(
             plan.resolution, gamma, settings=plan.request.telemetry, metrics=metrics, dp_rank=dp_rank
         )
+        dp_tag = "" if dp_rank is None else f" dp={dp_rank}"
+        self.dspark_probe = LiveProbe(plan.harvest, plan.request.probe, dp_tag=dp_tag)
+        self.dspark_telemetry.probe = self.dspark_probe  # the alarm and the summary state its verdict
         logger.info(
             "DSPARK_HARVEST worker %s%s: harvest=%s (%s), block_size=%d, gamma=%d, verify_window=%d, "
             "harvested rows %s",
@@ -199,6 +205,30 @@ class _HarvestWorkerMixin:
         )
 
     dspark_live_mask: list[bool] | None = None
+
+    def dspark_probe_round(self, committed: Any, result: Any, batch: Any, live: list[bool]) -> None:
+        """After sglang resolved a round: its host rows and committed tokens to the live offset probe
+        (``live_probe``); the output rows are read only on a sampled round. No device work: sglang
+        waited for its own copy before resolving the round."""
+        probe, telemetry = self.dspark_probe, self.dspark_telemetry
+        if probe is None or telemetry is None:
+            return
+        sampled = probe.begin_round(alarm_low=telemetry.alarm_low())
+        if probe.busy:
+            requests = [(r.rid, r.output_ids, keep) for r, keep in zip(batch.reqs, live, strict=True)]
+            rows = accept = block = None
+            if sampled:
+                rows, accept = result.next_token_ids.tolist(), result.accept_lens.tolist()
+                capped = getattr(result, "block_accept_lens", None)
+                block = None if capped is None else capped.tolist()
+            probe.observe_round(requests, committed, rows, accept, block)
+        probe.poll()
+
+    def note_request_finished(self, *, rid: str, natural_stop: bool) -> None:
+        """sglang's end-of-request hook: the parent's work, then the probe scores what it holds."""
+        super().note_request_finished(rid=rid, natural_stop=natural_stop)  # type: ignore[misc]
+        if self.dspark_probe is not None:
+            self.dspark_probe.finish(rid)
 
     def on_verify_complete_cpu(self, num_correct_drafts_per_req: list[int], batch_size: int = 0) -> None:
         """sglang's host-side per-round hook: the parent's work, then one telemetry record (no sync).
