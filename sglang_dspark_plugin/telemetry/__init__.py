@@ -12,6 +12,8 @@ One idea per module:
 * ``alarm``: the ``RollingAlarm`` over the last rounds and its message;
 * ``metrics``: ``PrometheusMetrics`` (``prometheus_client`` imported lazily, only when asked for);
 * ``settings``: ``TelemetrySettings`` and the ``MEMRA_DSPARK_*`` variables it is read from;
+* ``logline``: the per-round ``LogRecord``, built without ``Logger.log``'s per-call work (about 5 us
+  a round, measured by ``scripts/bench_telemetry.py``);
 * ``accept``: ``AcceptTelemetry``, whose ``on_verify_complete`` runs a round through them in turn and
   writes the lines; what it counted is read from its ``counts`` and ``alarm``.
 

@@ -17,6 +17,7 @@ from ..reprs import short
 from ..validation import is_int, require_type
 from .alarm import RollingAlarm
 from .counts import AcceptCounts, RoundRecord
+from .logline import RoundLineEmitter
 from .metrics import PrometheusMetrics
 from .settings import ACCEPT_LOGGER, TelemetrySettings, level_name
 
@@ -67,6 +68,7 @@ class AcceptTelemetry:
         self.alarm = RollingAlarm(gamma, s, harvest, source, evidence, self.dp_tag)
         self._clock = clock if clock is not None else time.monotonic
         self._text = [str(n) for n in range(gamma + 2)]  # an accept length as the per-round line writes it
+        self._line = RoundLineEmitter(AcceptTelemetry.on_verify_complete)
         self._round = 0  # every call, valid or not: the round index
         self._invalid_reported = False
         self._t0: float | None = None
@@ -107,7 +109,8 @@ class AcceptTelemetry:
         level = self.settings.accept_log_level
         if level is not None and self.logger.isEnabledFor(level):
             text = self._text
-            self.logger.log(
+            self._line.emit(
+                self.logger,
                 level,
                 f"dspark accept round={index} bs={record.batch_size} "
                 f"accept_len=[{','.join([text[n] for n in record.accept_lengths])}] "
