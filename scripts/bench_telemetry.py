@@ -12,10 +12,10 @@ handler is, per configuration:
   * ``file+metrics``: ``file`` plus Prometheus counters in a fresh registry;
   * ``null-handler``: a ``logging.NullHandler`` (records are built, nothing is formatted or written);
   * ``logger-warning``: ``file`` with the accept logger at WARNING (no per-round line; counting only).
-It prints microseconds per round (median of the repeats) for batch sizes 1, 64 and 256 side by side,
-as CPU time (what the hook costs the scheduler thread, the write included) and as wall time, the bytes
-logged per round, and the targets: at most 20 us per round at batch 64 and 40 us at batch 256 (``file``,
-CPU time). The targets are reported, never asserted.
+It prints microseconds per round for batch sizes 1, 8, 64 and 256 side by side, as the median of the
+repeats and their range (min-max), as CPU time (what the hook costs the scheduler thread, the write
+included) and as wall time, the bytes logged per round, and the targets: at most 20 us per round at
+batch 64 and 40 us at batch 256 (``file``, CPU time). The targets are reported, never asserted.
 
 ``--demo`` instead prints what the telemetry logs for a simulated stream that collapses halfway (a
 matched drafter, then a mismatched harvest): per-round lines, summaries, the alarm, the final summary
@@ -35,13 +35,11 @@ import sys
 import tempfile
 import time
 
+from sglang_dspark_plugin import settings as table
 from sglang_dspark_plugin.draft_config import TIER_STRUCTURAL, Signal
 from sglang_dspark_plugin.harvest import DsparkHarvest
 from sglang_dspark_plugin.telemetry import (
     ACCEPT_LOGGER,
-    ENV_ALARM_WARMUP,
-    ENV_ALARM_WINDOW,
-    ENV_SUMMARY_EVERY,
     AcceptTelemetry,
     PrometheusMetrics,
     TelemetrySettings,
@@ -49,7 +47,7 @@ from sglang_dspark_plugin.telemetry import (
 
 TARGETS = {64: 20.0, 256: 40.0}
 """Per-round budget (us, CPU time) with the default per-round line written by a real handler."""
-BATCH_SIZES = (1, 64, 256)
+BATCH_SIZES = (1, 8, 64, 256)
 
 
 def accepted_drafts(gamma: int, p: float, rng: random.Random) -> int:
@@ -68,8 +66,8 @@ def make_counts(bs: int, gamma: int, n_lists: int, rng: random.Random) -> list[l
 def demo(gamma: int, rounds: int, batch: int) -> int:
     """Log a stream that is healthy for half the rounds, then collapses (a mismatched harvest)."""
     env = dict(os.environ)
-    for var, value in ((ENV_SUMMARY_EVERY, "4"), (ENV_ALARM_WARMUP, "2"), (ENV_ALARM_WINDOW, "4")):
-        env.setdefault(var, value)
+    for var, value in ((table.SUMMARY_EVERY, "4"), (table.ALARM_WARMUP, "2"), (table.ALARM_WINDOW, "4")):
+        env.setdefault(var.name, value)
     settings = TelemetrySettings.from_env(env)
     logging.basicConfig(
         level=logging.INFO,
@@ -152,6 +150,74 @@ def run_once(
     return cpu / rounds * 1e6, wall / rounds * 1e6
 
 
+def measure(gamma: int, rounds_arg: int, repeats: int) -> dict[str, dict[str, dict[str, list[float]]]]:
+    """Per configuration and batch size: the CPU and wall microseconds per round of every repeat, and
+    the log bytes written per round (``file`` only)."""
+    rng = random.Random(0)
+    out: dict[str, dict[str, dict[str, list[float]]]] = {"cpu": {}, "wall": {}, "log_bytes": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        log_path = os.path.join(tmp, "sglang.log")
+        for name, kind, level, metrics in CONFIGS:
+            handler = install_handler(kind, log_path)
+            out["cpu"][name], out["wall"][name] = {}, {}
+            for bs in BATCH_SIZES:
+                counts = make_counts(bs, gamma, 256, rng)
+                rounds = max(1000, rounds_arg // max(1, bs // 64))  # keep batch 256 affordable
+                cpu, wall, written = [], [], []
+                for _ in range(repeats):
+                    handler.flush()
+                    before = os.path.getsize(log_path) if kind == "file" else 0
+                    c, w = run_once(counts, rounds, gamma, level, metrics)
+                    handler.flush()
+                    cpu.append(c)
+                    wall.append(w)
+                    if name == "file":
+                        written.append((os.path.getsize(log_path) - before) / rounds)
+                out["cpu"][name][str(bs)], out["wall"][name][str(bs)] = cpu, wall
+                if written:
+                    out["log_bytes"].setdefault(name, {})[str(bs)] = written
+            logging.getLogger().removeHandler(handler)
+            handler.close()
+    logging.getLogger(ACCEPT_LOGGER).setLevel(logging.NOTSET)
+    return out
+
+
+def _median(samples: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, float]]:
+    return {name: {bs: statistics.median(v) for bs, v in row.items()} for name, row in samples.items()}
+
+
+def _spread(samples: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, list[float]]]:
+    return {name: {bs: [min(v), max(v)] for bs, v in row.items()} for name, row in samples.items()}
+
+
+def print_table(args: argparse.Namespace, samples: dict[str, dict[str, dict[str, list[float]]]]) -> None:
+    """The human-readable report: median (min-max) per configuration and batch size."""
+    print(
+        f"accept telemetry, microseconds per round: median (min-max) of {args.repeats} repeats; "
+        f"gamma={args.gamma}; python {sys.version.split()[0]}; load average {os.getloadavg()[0]:.2f} on "
+        f"{os.cpu_count()} CPUs"
+    )
+    print(
+        f"  file: the per-round INFO line (the default) through a FileHandler, formatter {SGLANG_FORMAT!r};"
+        " null-handler: the same through logging.NullHandler; logger-warning: the accept logger at "
+        "WARNING (no per-round line)"
+    )
+    for title, key in (
+        ("CPU time (the cost to the scheduler thread)", "cpu"),
+        ("wall time (includes waiting for a CPU on a busy machine)", "wall"),
+    ):
+        print(title)
+        print(f"  {'configuration':<16}" + "".join(f"{'batch ' + str(bs):>22}" for bs in BATCH_SIZES))
+        for name, row in samples[key].items():
+            cells = [f"{statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f})" for v in row.values()]
+            print(f"  {name:<16}" + "".join(f"{c:>22}" for c in cells))
+    written = _median(samples["log_bytes"])["file"]
+    print(
+        "log written per round (file): "
+        + ", ".join(f"batch {bs}: {written[str(bs)]:.0f} bytes" for bs in BATCH_SIZES)
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -160,85 +226,41 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--gamma", type=int, default=None, help="drafts per round (default 16: dspark, b=16; 4 with --demo)"
     )
-    parser.add_argument("--repeats", type=int, default=3, help="measurements per cell; the median is shown")
+    parser.add_argument("--repeats", type=int, default=5, help="measurements per cell (default 5)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--demo", action="store_true", help="print sample log lines, alarm and metrics")
     args = parser.parse_args(argv)
     if args.demo:
         return demo(args.gamma or 4, rounds=12, batch=3)
     args.gamma = args.gamma or 16
-
-    rng = random.Random(0)
-    results: dict[str, dict[str, float]] = {}
-    wall: dict[str, dict[str, float]] = {}
-    log_bytes: dict[str, float] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        log_path = os.path.join(tmp, "sglang.log")
-        for name, kind, level, metrics in CONFIGS:
-            handler = install_handler(kind, log_path)
-            results[name], wall[name] = {}, {}
-            for bs in BATCH_SIZES:
-                counts = make_counts(bs, args.gamma, 256, rng)
-                rounds = max(1000, args.rounds // max(1, bs // 64))  # keep batch 256 affordable
-                samples = []
-                for _ in range(args.repeats):
-                    handler.flush()
-                    before = os.path.getsize(log_path) if kind == "file" else 0
-                    samples.append(run_once(counts, rounds, args.gamma, level, metrics))
-                    handler.flush()
-                    if name == "file":
-                        log_bytes[str(bs)] = (os.path.getsize(log_path) - before) / rounds
-                results[name][str(bs)] = statistics.median(s[0] for s in samples)
-                wall[name][str(bs)] = statistics.median(s[1] for s in samples)
-            logging.getLogger().removeHandler(handler)
-            handler.close()
-    logging.getLogger(ACCEPT_LOGGER).setLevel(logging.NOTSET)
-
+    samples = measure(args.gamma, args.rounds, args.repeats)
+    cpu = _median(samples["cpu"])
     verdicts = {
-        str(bs): "MET" if results["file"][str(bs)] <= target else "MISSED" for bs, target in TARGETS.items()
+        str(bs): "MET" if cpu["file"][str(bs)] <= target else "MISSED" for bs, target in TARGETS.items()
     }
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "us_per_round": results,
-                    "wall_us_per_round": wall,
-                    "log_bytes_per_round": log_bytes,
-                    "gamma": args.gamma,
-                    "targets_us": {str(bs): t for bs, t in TARGETS.items()},
-                    "target": "MET" if all(v == "MET" for v in verdicts.values()) else "MISSED",
-                    "targets": verdicts,
-                    "python": sys.version.split()[0],
-                },
-                indent=2,
-            )
-        )
+        report = {
+            "us_per_round": cpu,
+            "us_per_round_range": _spread(samples["cpu"]),
+            "us_per_round_samples": samples["cpu"],
+            "wall_us_per_round": _median(samples["wall"]),
+            "wall_us_per_round_range": _spread(samples["wall"]),
+            "log_bytes_per_round": _median(samples["log_bytes"])["file"],
+            "gamma": args.gamma,
+            "repeats": args.repeats,
+            "targets_us": {str(bs): t for bs, t in TARGETS.items()},
+            "target": "MET" if all(v == "MET" for v in verdicts.values()) else "MISSED",
+            "targets": verdicts,
+            "python": sys.version.split()[0],
+            "load_average": os.getloadavg()[0],
+        }
+        print(json.dumps(report, indent=2))
         return 0
-    print(
-        f"accept telemetry, microseconds per round (median of {args.repeats}; gamma={args.gamma}; "
-        f"python {sys.version.split()[0]}; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs)"
-    )
-    print(
-        f"  file: the per-round INFO line (the default) through a FileHandler, formatter {SGLANG_FORMAT!r};"
-        " null-handler: the same through logging.NullHandler; logger-warning: the accept logger at "
-        "WARNING (no per-round line)"
-    )
-    for title, table in (
-        ("CPU time (the cost to the scheduler thread)", results),
-        ("wall time (includes waiting for a CPU on a busy machine)", wall),
-    ):
-        print(title)
-        print(f"  {'configuration':<18}" + "".join(f"{'batch ' + str(bs):>12}" for bs in BATCH_SIZES))
-        for name, row in table.items():
-            print(f"  {name:<18}" + "".join(f"{row[str(bs)]:>12.2f}" for bs in BATCH_SIZES))
-    print(
-        "log written per round (file): "
-        + ", ".join(f"batch {bs}: {log_bytes[str(bs)]:.0f} bytes" for bs in BATCH_SIZES)
-    )
+    print_table(args, samples)
     for bs, target in TARGETS.items():
         print(
             f"target: <= {target:.0f} us per round at batch {bs} (file handler, CPU time): "
-            f"{results['file'][str(bs)]:.2f} us -> {verdicts[str(bs)]}"
+            f"{cpu['file'][str(bs)]:.2f} us -> {verdicts[str(bs)]}"
         )
     return 0
 

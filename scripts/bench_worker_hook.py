@@ -4,9 +4,10 @@ Run it in a sglang environment (the override lives in the sglang glue):
 
     ~/.cache/sglang-dspark-plugin/venvs/sglang-0.5.23/bin/python scripts/bench_worker_hook.py
 
-It prints microseconds per verify round at batch sizes 1, 64 and 256 for sglang's ``DSparkWorkerV2``
-hook (a no-op) and for ``HarvestDSparkWorker`` (the parent's hook plus one ``AcceptTelemetry`` record).
-The per-round accept lines go to a NullHandler so that the number is the plugin's, not a log sink's.
+It prints microseconds per verify round at batch sizes 1, 8, 64 and 256 for sglang's ``DSparkWorkerV2``
+hook (a no-op) and for ``HarvestDSparkWorker`` (the parent's hook plus one ``AcceptTelemetry`` record),
+as the median and the range (min-max) of ``--repeats`` measurements, the two hooks interleaved. The
+per-round accept lines go to a NullHandler so that the number is the plugin's, not a log sink's.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 import random
+import statistics
 import time
 
 from sglang.srt.speculative.dspark_components.dspark_worker_v2 import DSparkWorkerV2
@@ -39,6 +41,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=20000)
+    parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
 
     accept_logger = logging.getLogger(ACCEPT_LOGGER)
@@ -55,13 +58,21 @@ def main() -> None:
     parent = object.__new__(DSparkWorkerV2)
 
     rng = random.Random(0)
-    print(f"gamma={geometry.gamma}  (us per verify round; lower is better)")
-    for bs in (1, 64, 256):
+    print(
+        f"gamma={geometry.gamma}  (us per verify round, median (min-max) of {args.repeats}; lower is better)"
+    )
+    for bs in (1, 8, 64, 256):
         counts = [rng.randint(0, geometry.gamma) for _ in range(bs)]
         rounds = max(1000, args.rounds // max(1, bs // 64))
-        base = _per_round_us(parent, counts, rounds)
-        mine = _per_round_us(ours, counts, rounds)
-        print(f"bs={bs:4d}  sglang DSparkWorkerV2 hook {base:7.2f}  HarvestDSparkWorker hook {mine:7.2f}")
+        base, mine = [], []
+        for _ in range(args.repeats):
+            base.append(_per_round_us(parent, counts, rounds))
+            mine.append(_per_round_us(ours, counts, rounds))
+        print(f"bs={bs:4d}  sglang DSparkWorkerV2 hook {_cell(base)}  HarvestDSparkWorker hook {_cell(mine)}")
+
+
+def _cell(samples: list[float]) -> str:
+    return f"{statistics.median(samples):7.2f} ({min(samples):.2f}-{max(samples):.2f})"
 
 
 if __name__ == "__main__":

@@ -247,12 +247,12 @@ def test_telemetry_records_each_round(target) -> None:
     tel = AcceptTelemetry(DSPARK.n_drafts(B), DSPARK, "census", settings=settings)
     gen = speculative_generate(target, drafter, prompt, DSPARK, 30, telemetry=tel)
     assert [rec.accept_lengths for rec in gen.records] == [[n] for n in gen.accept_lengths]
-    assert tel.mean_accept_length() == pytest.approx(sum(gen.accept_lengths) / len(gen.rounds))
-    assert tel.mean_accept_length() > 1.5
+    assert tel.counts.mean_accept_length() == pytest.approx(sum(gen.accept_lengths) / len(gen.rounds))
+    assert tel.counts.mean_accept_length() > 1.5
     # without a telemetry of its own, a generation still records its rounds
     alone = speculative_generate(target, drafter, prompt, DSPARK, 30)
-    assert alone.telemetry is not None and alone.telemetry.rounds == len(alone.rounds)
-    assert alone.telemetry.mean_accept_length() == pytest.approx(tel.mean_accept_length())
+    assert alone.telemetry is not None and alone.telemetry.counts.rounds == len(alone.rounds)
+    assert alone.telemetry.counts.mean_accept_length() == pytest.approx(tel.counts.mean_accept_length())
     # sglang's meta_info figure: the budget-capped tokens over verify rounds, never above the
     # uncapped headline (the last round may commit more than the budget keeps)
     assert gen.sglang_meta_accept_length == pytest.approx(30 / len(gen.rounds))

@@ -1,4 +1,8 @@
-"""Accept-length telemetry: records, per-position rates, summaries, the alarm, settings and metrics."""
+"""``AcceptTelemetry`` (``telemetry/accept.py``): a round through the counter, the per-round line, the
+alarm, the summary and the metrics; the lines it writes, its arguments, its settings and the benchmark.
+
+The counter, the alarm and the Prometheus export have their own test modules
+(``test_telemetry_counts``, ``test_telemetry_alarm``, ``test_telemetry_metrics``)."""
 
 from __future__ import annotations
 
@@ -12,22 +16,16 @@ import threading
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from sglang_dspark_plugin.draft_config import TIER_STRUCTURAL, DflashCfg, Signal
 from sglang_dspark_plugin.errors import GeometryError, HarvestEnvError, SettingsError
 from sglang_dspark_plugin.harvest import DsparkHarvest, Resolution
-from sglang_dspark_plugin.telemetry import (
-    ACCEPT_LOGGER,
+from sglang_dspark_plugin.telemetry import ACCEPT_LOGGER, AcceptTelemetry, TelemetrySettings
+from sglang_dspark_plugin.telemetry.settings import (
     DEFAULT_ALARM_THRESHOLD,
     DEFAULT_ALARM_WARMUP,
     DEFAULT_ALARM_WINDOW,
     DEFAULT_SUMMARY_EVERY,
-    AcceptTelemetry,
-    PrometheusMetrics,
-    RoundRecord,
-    TelemetrySettings,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,76 +69,7 @@ def telemetry(gamma: int = 4, **kw) -> AcceptTelemetry:
     return AcceptTelemetry(gamma, DSPARK, "census", (ARCH_SIGNAL,), settings=TelemetrySettings(**base))
 
 
-# ----------------------------------------------------------------------------- records and statistics
-
-
-def test_round_record_holds_accept_lengths_and_mean():
-    t = telemetry(gamma=4)
-    first = t.on_verify_complete([0, 2, 4])
-    second = t.on_verify_complete([1, 1])
-    assert (first.round_index, first.batch_size, first.accept_lengths) == (1, 3, [1, 3, 5])
-    assert first.mean == pytest.approx(3.0)
-    assert (second.round_index, second.batch_size, second.accept_lengths) == (2, 2, [2, 2])
-    assert second.mean == pytest.approx(2.0)
-    assert first.to_json() == {
-        "round_index": 1,
-        "batch_size": 3,
-        "accept_lengths": [1, 3, 5],
-        "mean": 3.0,
-        "valid": True,
-    }
-    assert [r.round_index for r in t.records] == [1, 2]
-
-
-def test_per_position_rates_hand_computed():
-    t = telemetry(gamma=4)
-    t.on_verify_complete([0, 2, 4])
-    t.on_verify_complete([1, 1])
-    # 5 request-rounds; draft k accepted where count >= k: k=1 -> {2,4,1,1}, k=2 -> {2,4}, k=3,4 -> {4}
-    assert t.accepted_per_position() == [4, 2, 1, 1]
-    assert t.per_position_rates() == pytest.approx([0.8, 0.4, 0.2, 0.2])
-    assert t.mean_accept_length() == pytest.approx(1 + 8 / 5)
-    assert (t.rounds, t.request_rounds, t.accepted_drafts) == (2, 5, 8)
-
-
-def test_no_data_gives_none_not_a_made_up_number():
-    t = telemetry()
-    assert t.mean_accept_length() is None
-    assert t.per_position_rates() is None
-    assert t.window_mean() is None
-    empty = t.on_verify_complete([])
-    assert (empty.batch_size, empty.accept_lengths) == (0, [])
-    assert t.rounds == 0 and t.mean_accept_length() is None
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    gamma=st.integers(1, 8),
-    data=st.data(),
-)
-def test_statistics_match_a_brute_force_recount(gamma, data):
-    rounds = data.draw(
-        st.lists(st.lists(st.integers(0, gamma), min_size=1, max_size=12), min_size=1, max_size=20)
-    )
-    t = telemetry(gamma=gamma)
-    for counts in rounds:
-        record = t.on_verify_complete(counts)
-        assert record.accept_lengths == [n + 1 for n in counts]
-        assert record.mean == pytest.approx(sum(record.accept_lengths) / len(counts))
-    flat = [n for counts in rounds for n in counts]
-    assert t.mean_accept_length() == pytest.approx(sum(n + 1 for n in flat) / len(flat))
-    expected = [sum(1 for n in flat if n >= k) / len(flat) for k in range(1, gamma + 1)]
-    assert t.per_position_rates() == pytest.approx(expected)
-    # Identity: the per-position rates add up to the mean number of accepted drafts.
-    assert sum(t.per_position_rates()) == pytest.approx(t.mean_accept_length() - 1)
-
-
-def test_records_are_a_bounded_ring_buffer():
-    t = telemetry(record_capacity=5)
-    for _ in range(12):
-        t.on_verify_complete([1])
-    assert [r.round_index for r in t.records] == [8, 9, 10, 11, 12]
-    assert t.rounds == 12  # the statistics keep counting past the buffer
+# ----------------------------------------------------------------------------- a round through the telemetry
 
 
 def test_summary_is_json_and_complete():
@@ -155,6 +84,81 @@ def test_summary_is_json_and_complete():
     assert (out["harvest"], out["source"], out["alarms_fired"]) == ("dflash", "default", 0)
     assert out["accept_length_histogram"] == {"1": 1, "2": 0, "3": 0, "4": 1}
     assert out["elapsed_s"] == pytest.approx(2.5)
+    assert list(out) == [
+        "harvest",
+        "source",
+        "gamma",
+        "dp_rank",
+        "rounds",
+        "request_rounds",
+        "accepted_drafts",
+        "mean_accept_length",
+        "per_position",
+        "accepted_per_position",
+        "accept_length_histogram",
+        "window_mean_accept_length",
+        "alarm_threshold",
+        "alarms_fired",
+        "alarms",
+        "invalid_rounds",
+        "elapsed_s",
+        "settings",
+    ]
+
+
+GOLDEN = [
+    (
+        "START",
+        "dspark accept telemetry: harvest=dspark(census) gamma=4 per_round_level=INFO summary_every=2 "
+        "alarm=mean<1.60 over 2 rounds after 1 metrics=off dp=1",
+    ),
+    ("INFO", "dspark accept round=1 bs=2 accept_len=[5,4] mean=4.50 harvest=dspark(census) dp=1"),
+    ("INFO", "dspark accept round=2 bs=3 accept_len=[1,1,2] mean=1.33 harvest=dspark(census) dp=1"),
+    (
+        "INFO",
+        "dspark accept summary rounds=2 request_rounds=5 mean_accept_len=2.60 last_2_rounds=2.60 "
+        "window_mean=1.33 per_position=[0.60,0.40,0.40,0.20] harvest=dspark(census) gamma=4 rounds_per_s=4.0 "
+        "alarms=0 invalid_rounds=0 dp=1",
+    ),
+    (
+        "ERROR",
+        "dspark accept round=3: accepted-draft counts [7] are not integers in [0, gamma=4] for the dspark "
+        "harvest (source=census). The scheduler's verify width does not match this geometry: "
+        "speculative_num_draft_tokens must be gamma+1=5. This round and any like it are left out of the "
+        "accept-length statistics (reported once; count in summary 'invalid_rounds'). Check "
+        "--speculative-num-draft-tokens and the drafter's block_size. dp=1",
+    ),
+    ("INFO", "dspark accept round=4 bs=1 accept_len=[1] mean=1.00 harvest=dspark(census) dp=1"),
+    (
+        "WARNING",
+        "dspark accept ALARM: mean accept length 1.25 over the last 2 rounds (4 request-rounds) is below "
+        "1.60 (gamma=4, max 5). harvest=dspark source=census evidence: "
+        "config.json:architectures[0]='DSparkDraftModel' -> dspark. Likely cause: drafts harvested under the "
+        "wrong convention: acceptance collapses toward 1.0 while outputs stay correct. Try "
+        "MEMRA_DSPARK_HARVEST=dflash and restart; if acceptance stays low under both harvests, the drafter "
+        "does not fit this target or workload. dp=1",
+    ),
+    (
+        "INFO",
+        "dspark accept summary rounds=3 request_rounds=6 mean_accept_len=2.33 last_1_rounds=1.00 "
+        "window_mean=1.25 per_position=[0.50,0.33,0.33,0.17] harvest=dspark(census) gamma=4 rounds_per_s=3.0 "
+        "alarms=1 invalid_rounds=1 dp=1",
+    ),
+    ("INFO", "dspark accept round=5 bs=2 accept_len=[1,1] mean=1.00 harvest=dspark(census) dp=1"),
+]
+"""Every kind of line, written out: served tests, ``gpu_validate`` and deployments' log queries parse
+them, so a change of one character is a change of interface."""
+
+
+def test_every_line_is_written_exactly_as_parsers_expect(captured):
+    clock = iter([100.0, 100.5, 101.0, 102.0, 103.0]).__next__
+    s = TelemetrySettings(summary_every=2, alarm_warmup=1, alarm_window=2)
+    t = AcceptTelemetry(4, DSPARK, "census", (ARCH_SIGNAL,), settings=s, clock=clock, dp_rank=1)
+    lines = [("START", t.describe())]
+    for counts in ([4, 3], [0, 0, 1], [7], [0], [0, 0]):
+        t.on_verify_complete(counts)
+    lines += [(r.levelname, r.getMessage()) for r in captured.records]
+    assert lines == GOLDEN
 
 
 def test_from_resolution_carries_harvest_source_and_evidence():
@@ -172,14 +176,6 @@ def test_bad_constructor_arguments_are_typed_errors():
         AcceptTelemetry(4, "dspark", "census", settings=QUIET)
     with pytest.raises(SettingsError, match="alarm_window"):
         TelemetrySettings(alarm_window=0)
-
-
-def test_metrics_for_another_gamma_are_refused_at_construction():
-    from prometheus_client import CollectorRegistry
-
-    metrics = PrometheusMetrics(3, CollectorRegistry())
-    with pytest.raises(GeometryError, match="gamma=3 but the telemetry has gamma=4"):
-        AcceptTelemetry(4, DSPARK, "census", settings=QUIET, metrics=metrics)
 
 
 # ----------------------------------------------------------------------------- log lines and levels
@@ -220,7 +216,7 @@ def test_logger_threshold_filters_round_lines(captured):
     t = AcceptTelemetry(2, DFLASH, "census", settings=TelemetrySettings(summary_every=0))
     t.on_verify_complete([1])
     assert captured.records == []
-    assert t.rounds == 1  # filtered lines still count
+    assert t.counts.rounds == 1  # filtered lines still count
 
 
 def test_summary_cadence_and_content(captured):
@@ -242,133 +238,6 @@ def test_no_summary_when_disabled(captured):
     for _ in range(50):
         t.on_verify_complete([1])
     assert captured.messages("summary") == []
-
-
-# ----------------------------------------------------------------------------- the alarm
-
-
-def alarm_telemetry(source: str = "census", evidence=(ARCH_SIGNAL,), **kw) -> AcceptTelemetry:
-    base = dict(accept_log_level=None, summary_every=0, alarm_threshold=1.6, alarm_warmup=5, alarm_window=10)
-    base.update(kw)
-    return AcceptTelemetry(4, DSPARK, source, evidence, settings=TelemetrySettings(**base))
-
-
-def test_alarm_fires_after_warmup_on_a_collapsed_stream_once_per_window(captured):
-    t = alarm_telemetry()
-    for _ in range(14):
-        t.on_verify_complete([0, 0, 1, 0])
-    # Warm-up (5 rounds) plus a full window (10 rounds) not yet seen.
-    assert t.alarms == [] and captured.messages("ALARM") == []
-    for _ in range(20):
-        t.on_verify_complete([0, 0, 1, 0])
-    assert [a.round_index for a in t.alarms] == [15, 25]  # at most one per 10-round window
-    assert t.alarms[0].window_mean == pytest.approx(1.25)
-    warnings = captured.messages("ALARM", level=logging.WARNING)
-    assert len(warnings) == 2
-    msg = warnings[0]
-    assert "harvest=dspark" in msg and "source=census" in msg
-    assert "config.json:architectures[0]='DSparkDraftModel' -> dspark" in msg
-    assert "wrong convention" in msg and "toward 1.0" in msg
-    assert "MEMRA_DSPARK_HARVEST=dflash" in msg
-    assert t.summary()["alarms_fired"] == 2
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    warmup=st.integers(0, 6),
-    window=st.integers(1, 6),
-    stream=st.lists(st.lists(st.integers(0, 2), min_size=1, max_size=4), min_size=1, max_size=40),
-)
-def test_alarm_rounds_match_the_rule_recomputed_by_brute_force(warmup, window, stream):
-    t = alarm_telemetry(alarm_warmup=warmup, alarm_window=window)
-    for counts in stream:
-        t.on_verify_complete(counts)
-    expected, last = [], None
-    for i in range(1, len(stream) + 1):  # round i, 1-based
-        if i - warmup < window:
-            continue  # warm-up, then a full window of post-warm-up rounds
-        recent = stream[i - window : i]
-        mean = sum(n + 1 for c in recent for n in c) / sum(len(c) for c in recent)
-        if mean < 1.6 and (last is None or i - last >= window):
-            expected.append((i, mean))
-            last = i
-    assert t.alarms_fired == len(expected)
-    assert (
-        [(a.round_index, a.window_mean) for a in t.alarms]
-        == [  # the 16 most recent are kept
-            (i, pytest.approx(m)) for i, m in expected[-16:]
-        ]
-    )
-
-
-def test_alarm_does_not_fire_on_a_healthy_stream(captured):
-    t = alarm_telemetry()
-    for i in range(300):
-        t.on_verify_complete([i % 5, 2, 1, 3])  # mean accept length 3.0
-    assert t.alarms == [] and captured.messages("ALARM") == []
-    assert t.window_mean() == pytest.approx(3.0)
-
-
-def test_alarm_does_not_fire_before_warmup(captured):
-    t = alarm_telemetry(alarm_warmup=100, alarm_window=10)
-    for _ in range(109):
-        t.on_verify_complete([0])
-    assert t.alarms == []
-    t.on_verify_complete([0])
-    assert [a.round_index for a in t.alarms] == [110]
-
-
-def test_alarm_fires_when_a_healthy_stream_collapses():
-    t = alarm_telemetry()
-    for _ in range(40):
-        t.on_verify_complete([3, 3])
-    assert t.alarms == []
-    for _ in range(10):
-        t.on_verify_complete([0, 0])
-    assert len(t.alarms) == 1 and t.alarms[0].window_mean < 1.6
-
-
-def test_alarm_window_mean_is_weighted_by_requests():
-    t = alarm_telemetry(alarm_warmup=0, alarm_window=2)
-    t.on_verify_complete([4])  # one request, accept length 5
-    t.on_verify_complete([0] * 9)  # nine requests, accept length 1
-    # Per-round means average to 3.0, but the window holds 14 tokens over 10 request-rounds: 1.4.
-    assert [a.window_mean for a in t.alarms] == [pytest.approx(1.4)]
-
-
-def test_alarm_for_an_env_override_names_both_ways_out():
-    t = alarm_telemetry(source="env")
-    for _ in range(15):
-        t.on_verify_complete([0])
-    msg = t.alarms[0].message
-    assert "source=env" in msg and "MEMRA_DSPARK_HARVEST=dflash" in msg
-    assert "unset MEMRA_DSPARK_HARVEST" in msg
-
-
-def test_alarm_without_census_evidence_says_so():
-    t = AcceptTelemetry(
-        3,
-        DFLASH,
-        "default",
-        settings=TelemetrySettings(accept_log_level=None, summary_every=0, alarm_warmup=0, alarm_window=3),
-    )
-    for _ in range(3):
-        t.on_verify_complete([0])
-    msg = t.alarms[0].message
-    assert "no census signal" in msg and "MEMRA_DSPARK_HARVEST=dspark" in msg and "harvest=dflash" in msg
-
-
-def test_alarm_disabled_by_threshold_zero():
-    t = alarm_telemetry(alarm_threshold=0.0)
-    for _ in range(100):
-        t.on_verify_complete([0])
-    assert t.alarms == []
-
-
-def test_alarm_threshold_is_capped_for_tiny_blocks():
-    t = AcceptTelemetry(1, DFLASH, "census", settings=TelemetrySettings(accept_log_level=None))
-    assert t.alarm_threshold == pytest.approx(1.5)  # gamma 1 peaks at 2.0; 1.6 would flag a healthy 1.55
-    assert alarm_telemetry().alarm_threshold == pytest.approx(1.6)
 
 
 # ----------------------------------------------------------------------------- out-of-range counts
@@ -397,7 +266,7 @@ def test_out_of_range_counts_are_reported_once_and_kept_out(captured, bad):
     assert len(errors) == 1
     assert "gamma=4" in errors[0] and "speculative_num_draft_tokens must be gamma+1=5" in errors[0]
     t.on_verify_complete([4])
-    assert t.rounds == 2 and t.records[-1].valid
+    assert t.counts.rounds == 2 and t.counts.records[-1].valid
 
 
 @pytest.mark.parametrize("gamma", [4, 16, 300])
@@ -421,7 +290,7 @@ def test_round_line_and_statistics_are_the_same_on_every_path(captured, gamma, b
         )
     histogram = t.summary()["accept_length_histogram"]
     assert histogram == {str(n + 1): flat.count(n) for n in range(gamma + 1)}
-    assert t.accepted_drafts == sum(flat) and t.request_rounds == len(flat)
+    assert t.counts.accepted_drafts == sum(flat) and t.counts.request_rounds == len(flat)
 
 
 def test_each_round_line_is_its_own_log_record_with_its_own_time_and_thread(captured):
@@ -531,96 +400,10 @@ def test_bad_values_are_refused_by_name(var, raw):
     assert var in err.message and repr(raw) in err.message and "accepted values" in err.message
 
 
-# ----------------------------------------------------------------------------- Prometheus metrics
-
-
-def test_metrics_counters_follow_the_telemetry():
-    from prometheus_client import CollectorRegistry
-
-    registry = CollectorRegistry()
-    metrics = PrometheusMetrics(4, registry=registry, sync_every=4, sync_interval_s=1e9)
-    t = AcceptTelemetry(4, DSPARK, "census", settings=QUIET, metrics=metrics)
-    value = registry.get_sample_value
-    assert value("dspark_harvest_info", {"harvest": "dspark", "source": "census"}) == 1.0
-    for _ in range(3):
-        t.on_verify_complete([0, 2, 4])
-    assert value("dspark_harvest_rounds_total") == 0.0  # pushed every 4 rounds, not every round
-    t.on_verify_complete([1, 1])
-    assert value("dspark_harvest_rounds_total") == 4.0
-    assert value("dspark_harvest_request_rounds_total") == 11.0
-    assert value("dspark_harvest_accepted_drafts_total") == 20.0
-    assert value("dspark_harvest_accepted_tokens_total") == 31.0  # drafts + one bonus per request-round
-    positions = [value("dspark_harvest_position_accepted_total", {"position": str(k)}) for k in range(1, 5)]
-    assert positions == [8.0, 6.0, 3.0, 3.0]
-    t.on_verify_complete([4])
-    t.summary()  # syncs
-    assert value("dspark_harvest_rounds_total") == 5.0
-    assert value("dspark_harvest_position_accepted_total", {"position": "4"}) == 4.0
-
-
-def test_metrics_are_pushed_after_an_interval_even_at_low_traffic():
-    from prometheus_client import CollectorRegistry
-
-    now = [0.0]
-    registry = CollectorRegistry()
-    metrics = PrometheusMetrics(
-        2, registry=registry, sync_every=1000, sync_interval_s=1.0, clock=lambda: now[0]
-    )
-    t = AcceptTelemetry(2, DFLASH, "census", settings=QUIET, metrics=metrics)
-    t.on_verify_complete([1, 2])
-    now[0] = 0.5
-    t.on_verify_complete([0])
-    assert registry.get_sample_value("dspark_harvest_rounds_total") == 0.0
-    now[0] = 1.2
-    t.on_verify_complete([2])
-    assert registry.get_sample_value("dspark_harvest_rounds_total") == 3.0
-    assert registry.get_sample_value("dspark_harvest_accepted_tokens_total") == 9.0
-
-
-def test_metrics_count_alarms_and_carry_constant_labels():
-    from prometheus_client import CollectorRegistry
-
-    registry = CollectorRegistry()
-    metrics = PrometheusMetrics(4, registry=registry, labels={"tp_rank": "0"}, sync_every=1)
-    t = alarm_telemetry()
-    t.metrics = metrics
-    metrics.set_harvest(t.harvest, t.source)
-    for _ in range(15):
-        t.on_verify_complete([0])
-    assert registry.get_sample_value("dspark_harvest_alarms_total", {"tp_rank": "0"}) == 1.0
-    info = {"tp_rank": "0", "harvest": "dspark", "source": "census"}
-    assert registry.get_sample_value("dspark_harvest_info", info) == 1.0
-
-
-def test_metrics_can_be_created_twice_in_one_registry():
-    from prometheus_client import CollectorRegistry
-
-    registry = CollectorRegistry()
-    first, second = (
-        AcceptTelemetry(2, DFLASH, "census", settings=QUIET, metrics=PrometheusMetrics(2, registry))
-        for _ in range(2)
-    )
-    first.on_verify_complete([1])
-    second.on_verify_complete([2, 0])
-    first.summary()
-    second.summary()
-    # Counters are per process: both telemetry objects add to the same series.
-    assert registry.get_sample_value("dspark_harvest_request_rounds_total") == 3.0
-    with pytest.raises(SettingsError, match="other label names"):
-        PrometheusMetrics(2, registry=registry, labels={"tp_rank": "0"})
-
-
-def test_metrics_without_prometheus_client_is_a_typed_error(monkeypatch):
-    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # makes the import fail
-    with pytest.raises(SettingsError, match="prometheus_client") as info:
-        PrometheusMetrics(4)
-    assert "--enable-metrics" in info.value.message
-
-
 # ----------------------------------------------------------------------------- the benchmark script
 
 
-def test_bench_script_prints_the_three_batch_sizes():
+def test_bench_script_prints_every_batch_size_with_its_range():
     out = subprocess.run(
         [
             sys.executable,
@@ -628,7 +411,7 @@ def test_bench_script_prints_the_three_batch_sizes():
             "--rounds",
             "300",
             "--repeats",
-            "1",
+            "2",
             "--json",
         ],
         capture_output=True,
@@ -638,10 +421,12 @@ def test_bench_script_prints_the_three_batch_sizes():
     )
     report = json.loads(out.stdout)
     assert set(report["us_per_round"]) == {"file", "file+metrics", "null-handler", "logger-warning"}
-    for row in report["us_per_round"].values():
-        assert set(row) == {"1", "64", "256"} and all(v > 0 for v in row.values())
+    for name, row in report["us_per_round"].items():
+        assert set(row) == {"1", "8", "64", "256"} and all(v > 0 for v in row.values())
+        for bs, (low, high) in report["us_per_round_range"][name].items():
+            assert low <= row[bs] <= high and len(report["us_per_round_samples"][name][bs]) == 2
     assert report["target"] in {"MET", "MISSED"} and set(report["targets"]) == {"64", "256"}
-    assert all(report["log_bytes_per_round"][bs] > 60 for bs in ("1", "64", "256"))  # a real file was written
+    assert all(report["log_bytes_per_round"][bs] > 60 for bs in ("1", "8", "64", "256"))  # a real file
     assert out.stderr == ""  # nothing leaks to the console from the timed loop
 
 
@@ -662,46 +447,3 @@ def test_bench_demo_shows_the_collapse_alarm_and_metrics():
     assert len(alarms) == 1 and "MEMRA_DSPARK_HARVEST=dflash" in alarms[0]
     assert 'dspark_harvest_info{harvest="dspark",source="census"} 1.0' in lines
     assert "dspark_harvest_rounds_total 12.0" in lines
-
-
-def test_round_record_is_a_plain_dataclass():
-    record = RoundRecord(7, 2, [1, 3], 2.0)
-    assert record.valid and record.to_json()["accept_lengths"] == [1, 3]
-
-
-MULTIPROCESS_SCRIPT = """
-import json, sys
-from prometheus_client import CollectorRegistry
-from prometheus_client.multiprocess import MultiProcessCollector
-from sglang_dspark_plugin.harvest import DsparkHarvest
-from sglang_dspark_plugin.telemetry import AcceptTelemetry, PrometheusMetrics, TelemetrySettings
-
-quiet = TelemetrySettings(accept_log_level=None, summary_every=0, alarm_threshold=0.0)
-t = AcceptTelemetry(3, DsparkHarvest.DSPARK, "env", settings=quiet, metrics=PrometheusMetrics(3))
-t.on_verify_complete([3, 0, 1])
-t.summary()
-registry = CollectorRegistry()
-MultiProcessCollector(registry)
-get = registry.get_sample_value
-print(json.dumps({
-    "rounds": get("dspark_harvest_rounds_total"),
-    "tokens": get("dspark_harvest_accepted_tokens_total"),
-    "pos1": get("dspark_harvest_position_accepted_total", {"position": "1"}),
-    "info": get("dspark_harvest_info", {"harvest": "dspark", "source": "env"}),
-}))
-"""
-
-
-def test_metrics_work_in_prometheus_multiprocess_mode(tmp_path):
-    # sglang runs prometheus_client in multiprocess mode; the mode is fixed at import, hence a subprocess.
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
-    out = subprocess.run(
-        [sys.executable, "-c", MULTIPROCESS_SCRIPT],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout) == {"rounds": 1.0, "tokens": 7.0, "pos1": 2.0, "info": 1.0}
-    assert list(tmp_path.iterdir())  # the values went through the multiprocess files

@@ -51,7 +51,7 @@ def _advice(verdict: str, best: DsparkHarvest, drafter: Drafter, now: Served, me
 def recommend(drafter: Drafter, runs: list[Run], now: Served) -> Recommendation:
     """The verdict on one drafter: the paired comparison of its two runs against what is served now."""
     mine = {r.harvest: r for r in runs if r.drafter is drafter}
-    lengths = {h: r.telemetry.mean_accept_length() or 1.0 for h, r in mine.items()}
+    lengths = {h: r.telemetry.counts.mean_accept_length() or 1.0 for h, r in mine.items()}
     comparison: Comparison = compare(
         mine[DsparkHarvest.DFLASH].per_prompt, mine[DsparkHarvest.DSPARK].per_prompt
     )
@@ -115,7 +115,7 @@ def _manifest(drafter: Drafter, best: DsparkHarvest, runs: list[Run], target_pat
         extra={
             "drafter": drafter.name,
             "target": target_path,
-            "accept_length": run_.telemetry.mean_accept_length(),
+            "accept_length": run_.telemetry.counts.mean_accept_length(),
             "exact_match": run_.exact,
         },
     )

@@ -111,7 +111,8 @@ class Run:
             self.meta_lengths.append(gen.sglang_meta_accept_length)
         self.counts = self.counts + probe_counts(gen.probe_rounds, prompt + reference)
         # this prompt's accept length: what the shared telemetry counted during this generation
-        rounds, accepted = self.telemetry.request_rounds, self.telemetry.accepted_drafts
+        accept = self.telemetry.counts
+        rounds, accepted = accept.request_rounds, accept.accepted_drafts
         new_rounds, new_accepted = rounds - self._counted[0], accepted - self._counted[1]
         self.per_prompt.append((new_accepted, new_rounds))
         self._counted = (rounds, accepted)

@@ -5,16 +5,17 @@ is how a served run notices. The sglang plugin calls ``AcceptTelemetry.on_verify
 worker's ``on_verify_complete_cpu`` hook with the per-request accepted-draft counts sglang already holds
 on the host (no device synchronisation); the reference engine feeds it the same way.
 
-One concern per module:
+One idea per module:
 
-* ``settings``: ``TelemetrySettings`` and the ``MEMRA_DSPARK_*`` variables it is read from;
-* ``counts``: a round's counts packed into bytes, and the ``accept_len`` text built from them;
-* ``stats``: ``RoundRecord``, the running totals, the histogram and the per-position rates;
-* ``alarm``: the rolling-window ``Alarm`` and its message;
-* ``logline``: the per-round ``LogRecord``, built without ``Logger.log``'s per-call work;
-* ``report``: the summary (JSON and line) and the startup line;
+* ``counts``: ``AcceptCounts``, request-rounds by accepted-draft count (the histogram), the totals,
+  the last rounds' ``RoundRecord``s, and the per-position rates and mean derived from them;
+* ``alarm``: the ``RollingAlarm`` over the last rounds and its message;
 * ``metrics``: ``PrometheusMetrics`` (``prometheus_client`` imported lazily, only when asked for);
-* ``accept``: ``AcceptTelemetry``, whose ``on_verify_complete`` runs a round through them in turn.
+* ``settings``: ``TelemetrySettings`` and the ``MEMRA_DSPARK_*`` variables it is read from;
+* ``logline``: the per-round ``LogRecord``, built without ``Logger.log``'s per-call work (about 5 us
+  a round, measured by ``scripts/bench_telemetry.py``);
+* ``accept``: ``AcceptTelemetry``, whose ``on_verify_complete`` runs a round through them in turn and
+  writes the lines; what it counted is read from its ``counts`` and ``alarm``.
 
 Nothing here imports sglang.
 """
@@ -22,44 +23,19 @@ Nothing here imports sglang.
 from __future__ import annotations
 
 from .accept import AcceptTelemetry
-from .alarm import Alarm
+from .alarm import Alarm, RollingAlarm
+from .counts import ACCEPT_LENGTH_DEFINITION, AcceptCounts, RoundRecord
 from .metrics import PrometheusMetrics
-from .settings import (
-    ACCEPT_LOGGER,
-    DEFAULT_ALARM_THRESHOLD,
-    DEFAULT_ALARM_WARMUP,
-    DEFAULT_ALARM_WINDOW,
-    DEFAULT_LOG_LEVEL,
-    DEFAULT_RECORD_CAPACITY,
-    DEFAULT_SUMMARY_EVERY,
-    ENV_ALARM_THRESHOLD,
-    ENV_ALARM_WARMUP,
-    ENV_ALARM_WINDOW,
-    ENV_LOG_LEVEL,
-    ENV_SUMMARY_EVERY,
-    TelemetrySettings,
-    parse_log_level,
-)
-from .stats import ACCEPT_LENGTH_DEFINITION, RoundRecord
+from .settings import ACCEPT_LOGGER, TelemetrySettings
 
 __all__ = [
     "ACCEPT_LOGGER",
     "ACCEPT_LENGTH_DEFINITION",
-    "ENV_LOG_LEVEL",
-    "ENV_SUMMARY_EVERY",
-    "ENV_ALARM_THRESHOLD",
-    "ENV_ALARM_WARMUP",
-    "ENV_ALARM_WINDOW",
-    "DEFAULT_LOG_LEVEL",
-    "DEFAULT_SUMMARY_EVERY",
-    "DEFAULT_ALARM_THRESHOLD",
-    "DEFAULT_ALARM_WARMUP",
-    "DEFAULT_ALARM_WINDOW",
-    "DEFAULT_RECORD_CAPACITY",
-    "TelemetrySettings",
-    "RoundRecord",
-    "Alarm",
+    "AcceptCounts",
     "AcceptTelemetry",
+    "Alarm",
     "PrometheusMetrics",
-    "parse_log_level",
+    "RollingAlarm",
+    "RoundRecord",
+    "TelemetrySettings",
 ]

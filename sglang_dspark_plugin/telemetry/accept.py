@@ -1,10 +1,9 @@
-"""``AcceptTelemetry``: one served drafter's per-round accept lengths through statistics, the per-round
-line, the rolling alarm, the periodic summary and the metrics."""
+"""``AcceptTelemetry``: one verify round through the accept counter, the per-round line, the rolling
+alarm, the periodic summary and the metrics; and the summary, startup and invalid-round lines."""
 
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -16,13 +15,11 @@ from ..harvest import DsparkHarvest
 from ..logsafe import safe_logger
 from ..reprs import short
 from ..validation import is_int, require_type
-from .alarm import Alarm, RollingAlarm
-from .counts import CountPacker
+from .alarm import RollingAlarm
+from .counts import AcceptCounts, RoundRecord
 from .logline import RoundLineEmitter
 from .metrics import PrometheusMetrics
-from .report import describe_line, invalid_round_line, summary_json, summary_line
-from .settings import ACCEPT_LOGGER, TelemetrySettings
-from .stats import AcceptStats, RoundRecord
+from .settings import ACCEPT_LOGGER, TelemetrySettings, level_name
 
 if TYPE_CHECKING:
     from ..harvest import Resolution
@@ -37,6 +34,10 @@ class AcceptTelemetry:
     optional ``PrometheusMetrics``; ``clock`` (seconds, monotonic) and ``logger`` are injectable for
     tests; ``dp_rank`` (the data-parallel attention group this telemetry watches, where there are
     several) ends every line with ``dp=N``.
+
+    What it has counted is read where it is kept: ``counts`` (an ``AcceptCounts``: the histogram, the
+    totals, the round records, the per-position rates and the mean) and ``alarm`` (a ``RollingAlarm``:
+    the threshold in force, the window mean, the alarms fired).
     """
 
     def __init__(
@@ -63,14 +64,11 @@ class AcceptTelemetry:
         self.tag = f"{self.harvest}({source})"
         # Appended to every line: with data-parallel attention each DP group logs its own rounds.
         self.dp_tag = "" if dp_rank is None else f" dp={dp_rank}"
-        self._clock = clock if clock is not None else time.monotonic
-        self._counts = CountPacker(gamma)
-        self._line = RoundLineEmitter(AcceptTelemetry.on_verify_complete)
-        self.stats = AcceptStats(gamma, s.record_capacity, self._counts.empty())
+        self.counts = AcceptCounts(gamma, s.record_capacity)
         self.alarm = RollingAlarm(gamma, s, harvest, source, evidence, self.dp_tag)
-        self._round_level = s.accept_log_level
-        self._summary_every = s.summary_every
-        self._alarm_on = self.alarm.on
+        self._clock = clock if clock is not None else time.monotonic
+        self._text = [str(n) for n in range(gamma + 2)]  # an accept length as the per-round line writes it
+        self._line = RoundLineEmitter(AcceptTelemetry.on_verify_complete)
         self._round = 0  # every call, valid or not: the round index
         self._invalid_reported = False
         self._t0: float | None = None
@@ -98,136 +96,126 @@ class AcceptTelemetry:
         Counts outside [0, gamma] mean the scheduler's verify width disagrees with this geometry: the
         round is logged at ERROR (once) and kept out of the statistics; serving is never interrupted.
         """
-        counts = num_correct_drafts_per_req
         index = self._round = self._round + 1
-        bs = len(counts)
-        if bs == 0:
-            return self.stats.keep(RoundRecord(index, 0, [], 0.0))
+        record = self.counts.add(index, num_correct_drafts_per_req)
+        if record.batch_size == 0:
+            return record
         if self._t0 is None:
             self._t0 = self._clock()
-        # statistics: the counts packed once, then C-level passes only (no Python step per request)
-        packed = self._counts.pack(counts)
-        if packed is None:
-            return self._invalid_round(index, counts)
-        accepted = sum(packed)
-        record = self.stats.add(index, packed, accepted, self._counts.accept_lengths(packed))
+        if not record.valid:
+            self._invalid_round(index, num_correct_drafts_per_req)
+            return record
         # the per-round line
-        level = self._round_level
+        level = self.settings.accept_log_level
         if level is not None and self.logger.isEnabledFor(level):
+            text = self._text
             self._line.emit(
                 self.logger,
                 level,
-                f"dspark accept round={index} bs={bs} accept_len=[{self._counts.text(packed)}] "
+                f"dspark accept round={index} bs={record.batch_size} "
+                f"accept_len=[{','.join([text[n] for n in record.accept_lengths])}] "
                 f"mean={record.mean:.2f} harvest={self.tag}{self.dp_tag}",
             )
         # the rolling alarm
-        if self._alarm_on and (alarm := self.alarm.observe(accepted + bs, bs, index)) is not None:
+        if self.alarm.on and (alarm := self.alarm.observe(self.counts, index)) is not None:
             self.logger.warning("%s", alarm.message)
         # the periodic summary
-        if self._summary_every and index % self._summary_every == 0:
+        if self.settings.summary_every and index % self.settings.summary_every == 0:
             self.log_summary()
         # the metrics
         if self.metrics is not None:
-            self.metrics.maybe_sync(self)
+            self.metrics.maybe_sync(self.counts, self.alarm.fired)
         return record
 
-    def _invalid_round(self, index: int, counts: Sequence[Any]) -> RoundRecord:
-        if not self._invalid_reported:
-            self._invalid_reported = True
-            bad = [n for n in counts if not isinstance(n, int) or n < 0 or n > self.gamma][:8]
-            self.logger.error("%s", invalid_round_line(self, index, bad))
-        lengths = [n + 1 if isinstance(n, int) else -1 for n in counts]
-        return self.stats.keep(RoundRecord(index, len(counts), lengths, math.nan, valid=False))
-
-    # ----------------------------------------------------------------- statistics
-
-    @property
-    def records(self) -> list[RoundRecord]:
-        """The most recent round records (at most ``settings.record_capacity``), oldest first."""
-        return list(self.stats.records)
-
-    @property
-    def rounds(self) -> int:
-        """Valid verify rounds recorded (rounds with an out-of-range count are not included)."""
-        return self.stats.rounds
-
-    @property
-    def request_rounds(self) -> int:
-        """Sum of batch sizes over the valid rounds."""
-        return self.stats.request_rounds
-
-    @property
-    def accepted_drafts(self) -> int:
-        """Accepted draft tokens over the valid rounds (bonus tokens not included)."""
-        return self.stats.accepted
-
-    @property
-    def invalid_rounds(self) -> int:
-        """Rounds with a count outside [0, gamma], left out of the statistics."""
-        return self.stats.invalid_rounds
-
-    def accepted_per_position(self) -> list[int]:
-        """Request-rounds in which draft position k (k = 1..gamma) was accepted."""
-        return self.stats.accepted_per_position()
-
-    def per_position_rates(self) -> list[float] | None:
-        """Accepted at position k / request-rounds, k = 1..gamma (vLLM's convention); None before data."""
-        return self.stats.per_position_rates()
-
-    def mean_accept_length(self) -> float | None:
-        """1 + accepted drafts / request-rounds (bonus included); None before any valid round."""
-        return self.stats.mean_accept_length()
+    def _invalid_round(self, index: int, counts: Sequence[Any]) -> None:
+        """The ERROR line for the first round with a count (the first offenders) outside [0, gamma]."""
+        if self._invalid_reported:
+            return
+        self._invalid_reported = True
+        bad = [n for n in counts if not isinstance(n, int) or n < 0 or n > self.gamma][:8]
+        self.logger.error(
+            "%s",
+            f"dspark accept round={index}: accepted-draft counts {bad} are not integers in "
+            f"[0, gamma={self.gamma}] for the {self.harvest} harvest (source={self.source}). The scheduler's "
+            f"verify width does not match this geometry: speculative_num_draft_tokens must be "
+            f"gamma+1={self.gamma + 1}. This round and any like it are left out of the accept-length "
+            "statistics (reported once; count in summary 'invalid_rounds'). Check "
+            f"--speculative-num-draft-tokens and the drafter's block_size.{self.dp_tag}",
+        )
 
     def elapsed(self) -> float | None:
         """Seconds since the first non-empty round; None before it."""
         return None if self._t0 is None else self._clock() - self._t0
 
-    # ----------------------------------------------------------------- the alarm
-
-    @property
-    def alarm_threshold(self) -> float:
-        """The threshold in force: the setting, capped at 1 + gamma/2; 0 when the alarm is off."""
-        return self.alarm.threshold
-
-    @property
-    def alarms(self) -> list[Alarm]:
-        """The most recent fired alarms (at most 16), oldest first."""
-        return self.alarm.alarms
-
-    @property
-    def alarms_fired(self) -> int:
-        """Alarms fired so far."""
-        return self.alarm.fired
-
-    def window_mean(self) -> float | None:
-        """The rolling-window mean accept length the alarm watches; None until warm-up has passed."""
-        return self.alarm.window_mean()
-
-    def alarm_message(self, window_mean: float, window_rounds: int, window_reqs: int) -> str:
-        """The alarm text: what was seen, the harvest, its source and evidence, the cause, the fix."""
-        return self.alarm.message(window_mean, window_rounds, window_reqs)
-
-    # ----------------------------------------------------------------- summaries
+    # ----------------------------------------------------------------- what it reports
 
     def summary(self) -> dict[str, Any]:
-        """Everything so far, JSON-able."""
+        """Everything so far, JSON-able (and the metrics pushed)."""
+        c, alarm = self.counts, self.alarm
         if self.metrics is not None:
-            self.metrics.sync(self)
-        return summary_json(self)
+            self.metrics.sync(c, alarm.fired)
+        return {
+            "harvest": self.harvest,
+            "source": self.source,
+            "gamma": self.gamma,
+            "dp_rank": self.dp_rank,
+            "rounds": c.rounds,
+            "request_rounds": c.request_rounds,
+            "accepted_drafts": c.accepted_drafts,
+            "mean_accept_length": c.mean_accept_length(),
+            "per_position": c.per_position_rates(),
+            "accepted_per_position": c.accepted_per_position(),
+            "accept_length_histogram": {str(n + 1): k for n, k in enumerate(c.hist)},
+            "window_mean_accept_length": alarm.window_mean(),
+            "alarm_threshold": alarm.threshold,
+            "alarms_fired": alarm.fired,
+            "alarms": [a.to_json() for a in alarm.alarms],
+            "invalid_rounds": c.invalid_rounds,
+            "elapsed_s": self.elapsed(),
+            "settings": self.settings.to_json(),
+        }
 
     def summary_line(self) -> str:
-        """The periodic summary line (cumulative and since the previous summary)."""
-        return summary_line(self, self._last_summary)
+        """The periodic summary line: cumulative, and since the previous summary."""
+        c = self.counts
+        rounds0, reqs0, acc0 = self._last_summary
+        d_reqs = c.request_rounds - reqs0
+        interval = "n/a" if d_reqs == 0 else f"{1.0 + (c.accepted_drafts - acc0) / d_reqs:.2f}"
+        mean = c.mean_accept_length()
+        rates = c.per_position_rates() or []
+        window = self.alarm.window_mean()
+        elapsed = self.elapsed()
+        rps = "n/a" if not elapsed else f"{c.rounds / elapsed:.1f}"
+        return (
+            f"dspark accept summary rounds={c.rounds} request_rounds={c.request_rounds} "
+            f"mean_accept_len={'n/a' if mean is None else f'{mean:.2f}'} "
+            f"last_{c.rounds - rounds0}_rounds={interval} "
+            f"window_mean={'n/a' if window is None else f'{window:.2f}'} "
+            f"per_position=[{','.join(f'{r:.2f}' for r in rates)}] "
+            f"harvest={self.tag} gamma={self.gamma} rounds_per_s={rps} "
+            f"alarms={self.alarm.fired} invalid_rounds={c.invalid_rounds}{self.dp_tag}"
+        )
 
     def log_summary(self) -> None:
         """Log the summary line at INFO (independent of the per-round level)."""
         if self.logger.isEnabledFor(logging.INFO):
             self.logger.info("%s", self.summary_line())
-        self._last_summary = (self.rounds, self.request_rounds, self.accepted_drafts)
+        c = self.counts
+        self._last_summary = (c.rounds, c.request_rounds, c.accepted_drafts)
 
     def describe(self) -> str:
         """One startup line: the harvest, gamma and the telemetry settings."""
-        return describe_line(self)
+        s = self.settings
+        alarm = (
+            "off"
+            if not self.alarm.on
+            else f"mean<{self.alarm.threshold:.2f} over {s.alarm_window} rounds after {s.alarm_warmup}"
+        )
+        return (
+            f"dspark accept telemetry: harvest={self.tag} gamma={self.gamma} "
+            f"per_round_level={level_name(s.accept_log_level)} summary_every={s.summary_every} "
+            f"alarm={alarm} metrics={'on' if self.metrics is not None else 'off'}{self.dp_tag}"
+        )
 
 
 def _check_arguments(gamma: object, harvest: object, *others: object) -> None:

@@ -3,6 +3,7 @@ message that names the harvest, its source, the census evidence and the override
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -13,6 +14,7 @@ from ..harvest import DsparkHarvest
 
 if TYPE_CHECKING:
     from ..draft_config import Signal
+    from .counts import AcceptCounts
     from .settings import TelemetrySettings
 
 MAX_KEPT = 16
@@ -59,61 +61,50 @@ class RollingAlarm:
         self.threshold = min(settings.alarm_threshold, 1.0 + gamma / 2.0)
         self.on = self.threshold > 0
         self.warmup = settings.alarm_warmup
-        self.window = window = settings.alarm_window
+        self.window = settings.alarm_window
         self.harvest = harvest
         self.source = source
         self.evidence = tuple(evidence)
         self.dp_tag = dp_tag
         self.alarms: list[Alarm] = []  # the MAX_KEPT most recent
         self.fired = 0
-        self._rounds = 0  # valid rounds observed
-        # Ring buffers of per-round accepted tokens (bonus included) and batch sizes, and their sums.
-        self._ring_tokens = [0] * window
-        self._ring_reqs = [0] * window
-        self._ring_pos = 0
-        self._ring_filled = 0
-        self._win_tokens = 0
-        self._win_reqs = 0
-        self._last_alarm_round = -window
+        self._seen = 0  # valid rounds observed
+        self._last_fired = -self.window  # the round count at the last alarm
+        # The counter's (tokens, request-rounds) totals at the end of warm-up and after each round since,
+        # the last window + 1 of them: a window's sums are the newest minus the oldest.
+        self._marks: deque[tuple[int, int]] = deque([(0, 0)] if self.warmup == 0 else [], self.window + 1)
 
-    def observe(self, tokens: int, bs: int, index: int) -> Alarm | None:
-        """Add one valid round (accepted tokens, bonus included, over ``bs`` requests); the alarm it
-        fires, if any. ``index`` is the round's index, named by the alarm."""
-        self._rounds += 1
-        if self._rounds <= self.warmup:
+    def observe(self, counts: AcceptCounts, index: int) -> Alarm | None:
+        """Take the counter's totals after one more valid round (``index``, named by the alarm); the
+        alarm it fires, if any."""
+        self._seen += 1
+        if self._seen < self.warmup:
             return None
-        pos = self._ring_pos
-        self._win_tokens += tokens - self._ring_tokens[pos]
-        self._win_reqs += bs - self._ring_reqs[pos]
-        self._ring_tokens[pos] = tokens
-        self._ring_reqs[pos] = bs
-        self._ring_pos = (pos + 1) % self.window
-        if self._ring_filled < self.window:
-            self._ring_filled += 1
-            if self._ring_filled < self.window:
-                return None
-        if (
-            self._win_tokens < self.threshold * self._win_reqs
-            and self._rounds - self._last_alarm_round >= self.window
-        ):
-            return self._fire(index)
-        return None
-
-    def _fire(self, index: int) -> Alarm:
-        window_mean = self._win_tokens / self._win_reqs
-        message = self.message(window_mean, self.window, self._win_reqs)
-        alarm = Alarm(index, window_mean, self.threshold, message)
-        self._last_alarm_round = self._rounds
+        self._marks.append((counts.accepted_drafts + counts.request_rounds, counts.request_rounds))
+        if len(self._marks) <= self.window or self._seen - self._last_fired < self.window:
+            return None
+        tokens, reqs = self._window()
+        if tokens >= self.threshold * reqs:
+            return None
+        window_mean = tokens / reqs
+        alarm = Alarm(index, window_mean, self.threshold, self.message(window_mean, self.window, reqs))
+        self._last_fired = self._seen
         self.alarms.append(alarm)
         del self.alarms[:-MAX_KEPT]
         self.fired += 1
         return alarm
 
+    def _window(self) -> tuple[int, int]:
+        """Accepted tokens (bonus included) and request-rounds of the rounds in the window."""
+        (tokens0, reqs0), (tokens1, reqs1) = self._marks[0], self._marks[-1]
+        return tokens1 - tokens0, reqs1 - reqs0
+
     def window_mean(self) -> float | None:
         """The rolling-window mean accept length; None until warm-up has passed."""
-        if self._win_reqs == 0:
+        if len(self._marks) < 2:
             return None
-        return self._win_tokens / self._win_reqs
+        tokens, reqs = self._window()
+        return tokens / reqs
 
     def _evidence_text(self) -> str:
         votes = vote_list(self.evidence)

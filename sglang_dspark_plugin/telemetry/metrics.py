@@ -13,7 +13,7 @@ from ..reprs import short
 from ..validation import is_int
 
 if TYPE_CHECKING:
-    from .accept import AcceptTelemetry
+    from .counts import AcceptCounts
 
 _FAMILIES: dict[tuple[int, tuple[str, ...]], tuple[Any, dict[str, Any]]] = {}
 
@@ -130,41 +130,40 @@ class PrometheusMetrics:
         """Set the harvest info gauge (one label set at 1)."""
         self._info.labels(*self._label_values, harvest, source).set(1)
 
-    def maybe_sync(self, telemetry: AcceptTelemetry) -> None:
+    def maybe_sync(self, counts: AcceptCounts, alarms_fired: int) -> None:
         """Called every valid round; pushes after ``sync_every`` rounds or ``sync_interval_s`` seconds."""
         if (
-            telemetry.rounds - self._pushed[0] >= self.sync_every
+            counts.rounds - self._pushed[0] >= self.sync_every
             or self._clock() - self._synced_at >= self.sync_interval_s
         ):
-            self.sync(telemetry)
+            self.sync(counts, alarms_fired)
 
-    def sync(self, telemetry: AcceptTelemetry) -> None:
-        """Push the telemetry's totals as counter increments since the previous sync."""
-        if telemetry.gamma != self.gamma:
+    def sync(self, counts: AcceptCounts, alarms_fired: int) -> None:
+        """Push the counter's totals and the alarms fired as counter increments since the previous sync."""
+        if counts.gamma != self.gamma:
             raise GeometryError(
-                f"metrics were built for gamma={self.gamma} but the telemetry has gamma={telemetry.gamma}; "
+                f"metrics were built for gamma={self.gamma} but the counts have gamma={counts.gamma}; "
                 "build PrometheusMetrics with the same RoundGeometry.gamma.",
-                where="PrometheusMetrics.sync(telemetry=...)",
+                where="PrometheusMetrics.sync(counts=...)",
             )
         rounds, reqs, drafts, positions, alarms, invalid = self._pushed
-        now_positions = telemetry.accepted_per_position()
-        now_alarms = telemetry.alarms_fired
-        self._c_rounds.inc(telemetry.rounds - rounds)
-        self._c_reqs.inc(telemetry.request_rounds - reqs)
-        self._c_drafts.inc(telemetry.accepted_drafts - drafts)
-        self._c_tokens.inc(telemetry.accepted_drafts - drafts + telemetry.request_rounds - reqs)
+        now_positions = counts.accepted_per_position()
+        self._c_rounds.inc(counts.rounds - rounds)
+        self._c_reqs.inc(counts.request_rounds - reqs)
+        self._c_drafts.inc(counts.accepted_drafts - drafts)
+        self._c_tokens.inc(counts.accepted_drafts - drafts + counts.request_rounds - reqs)
         for child, now, before in zip(self._c_position, now_positions, positions, strict=True):
             child.inc(now - before)
-        self._c_alarms.inc(now_alarms - alarms)
-        self._c_invalid.inc(telemetry.invalid_rounds - invalid)
+        self._c_alarms.inc(alarms_fired - alarms)
+        self._c_invalid.inc(counts.invalid_rounds - invalid)
         self._synced_at = self._clock()
         self._pushed = (
-            telemetry.rounds,
-            telemetry.request_rounds,
-            telemetry.accepted_drafts,
+            counts.rounds,
+            counts.request_rounds,
+            counts.accepted_drafts,
             now_positions,
-            now_alarms,
-            telemetry.invalid_rounds,
+            alarms_fired,
+            counts.invalid_rounds,
         )
 
 

@@ -16,12 +16,6 @@ from ..validation import is_int
 ACCEPT_LOGGER = "sglang_dspark_plugin.accept"
 """The dedicated logger: per-round lines, summaries, the alarm and geometry errors."""
 
-ENV_LOG_LEVEL = table.ACCEPT_LOG_LEVEL.name
-ENV_SUMMARY_EVERY = table.SUMMARY_EVERY.name
-ENV_ALARM_THRESHOLD = table.ALARM_THRESHOLD.name
-ENV_ALARM_WARMUP = table.ALARM_WARMUP.name
-ENV_ALARM_WINDOW = table.ALARM_WINDOW.name
-
 # Per-round lines at INFO: sglang's default log level shows them, and DEBUG/OFF hide them cheaply.
 DEFAULT_LOG_LEVEL: int = table.ACCEPT_LOG_LEVEL.default
 # Every 100 rounds: a few seconds of serving, about 2.5x sglang's own decode-log interval (40).
@@ -41,12 +35,6 @@ MAX_RECORD_CAPACITY = 1 << 20
 def level_name(level: int | None) -> str:
     """A per-round level as written in lines and JSON: its logging name, or ``OFF`` for ``None``."""
     return "OFF" if level is None else logging.getLevelName(level)
-
-
-def parse_log_level(raw: str, var: str = ENV_LOG_LEVEL) -> int | None:
-    """Parse a per-round log level: a level name, a number 1..50, or ``OFF`` (returns ``None``)."""
-    level: int | None = table.BY_NAME[var].parse(raw)
-    return level
 
 
 def _int_field(value: object, low: int, high: int) -> bool:
@@ -104,14 +92,14 @@ class TelemetrySettings:
         A bad value is refused with a ``SettingsError`` naming the variable, the value and the
         accepted values, never silently replaced by a default.
         """
-        names = {
-            "accept_log_level": ENV_LOG_LEVEL,
-            "summary_every": ENV_SUMMARY_EVERY,
-            "alarm_threshold": ENV_ALARM_THRESHOLD,
-            "alarm_warmup": ENV_ALARM_WARMUP,
-            "alarm_window": ENV_ALARM_WINDOW,
+        variables = {
+            "accept_log_level": table.ACCEPT_LOG_LEVEL,
+            "summary_every": table.SUMMARY_EVERY,
+            "alarm_threshold": table.ALARM_THRESHOLD,
+            "alarm_warmup": table.ALARM_WARMUP,
+            "alarm_window": table.ALARM_WINDOW,
         }
-        return cls(**{field: table.read_setting(name, environ) for field, name in names.items()})
+        return cls(**{field: table.read_setting(v.name, environ) for field, v in variables.items()})
 
     def to_json(self) -> dict[str, Any]:
         """JSON-able form (the level by name)."""
@@ -127,11 +115,6 @@ class TelemetrySettings:
 
 __all__ = [
     "ACCEPT_LOGGER",
-    "ENV_LOG_LEVEL",
-    "ENV_SUMMARY_EVERY",
-    "ENV_ALARM_THRESHOLD",
-    "ENV_ALARM_WARMUP",
-    "ENV_ALARM_WINDOW",
     "DEFAULT_LOG_LEVEL",
     "DEFAULT_SUMMARY_EVERY",
     "DEFAULT_ALARM_THRESHOLD",
@@ -140,5 +123,4 @@ __all__ = [
     "DEFAULT_RECORD_CAPACITY",
     "TelemetrySettings",
     "level_name",
-    "parse_log_level",
 ]

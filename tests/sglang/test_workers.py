@@ -432,11 +432,11 @@ def test_on_verify_complete_cpu_feeds_one_telemetry_record_per_round(tmp_path, c
     with caplog.at_level(logging.INFO, logger=ACCEPT_LOGGER):
         assert worker.on_verify_complete_cpu([0, gamma, 1], batch_size=3) is None
         worker.on_verify_complete_cpu([2], batch_size=1)
-    records = telemetry.records
+    records = telemetry.counts.records
     assert [r.accept_lengths for r in records] == [[1, gamma + 1, 2], [3]]
     assert [r.batch_size for r in records] == [3, 1]
     assert records[0].mean == pytest.approx((1 + gamma + 1 + 2) / 3)
-    assert telemetry.rounds == 2 and telemetry.request_rounds == 4
+    assert telemetry.counts.rounds == 2 and telemetry.counts.request_rounds == 4
     assert any(rec.name == ACCEPT_LOGGER for rec in caplog.records)
 
 
@@ -452,7 +452,7 @@ def test_enable_metrics_attaches_prometheus_counters(tmp_path):
     worker._dspark_attach(_served(tmp_path, "dspark_markov_rank0"), tp_rank=0, enable_metrics=True)
     assert worker.dspark_telemetry.metrics is not None
     worker.on_verify_complete_cpu([4, 0], batch_size=2)
-    assert worker.dspark_telemetry.accepted_drafts == 4
+    assert worker.dspark_telemetry.counts.accepted_drafts == 4
 
 
 # ------------------------------------------------------------------ rank agreement and arm checks
