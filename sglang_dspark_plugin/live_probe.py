@@ -235,30 +235,6 @@ class LiveProbe:
         request.last_round = self.rounds
         self._resolve(rid, request)
 
-    def observe_round(
-        self,
-        requests: Sequence[tuple[Hashable, Sequence[int], bool]],
-        committed: Sequence[Sequence[int]],
-        rows: Sequence[int] | None,
-        accept: Sequence[int] | None,
-        block: Sequence[int] | None = None,
-    ) -> None:
-        """One verify round as sglang's host copies hold it, after ``begin_round``: ``requests[i]`` is
-        (rid, output ids before this round, whether sglang counts request i this round),
-        ``committed[i]`` the tokens it commits; on a sampled round ``rows`` is the flat output rows
-        (one row of equal width per request), ``accept`` the accept lengths and ``block`` DSPARK's
-        block accept lengths (``None`` where the builtin caps nothing)."""
-        stride = len(rows) // len(requests) if rows and requests else 0
-        for i, (rid, out, live) in enumerate(requests):
-            if not live or not out or not self.wants(rid):
-                continue
-            if stride and accept is not None:
-                capped = block is not None and block[i] > accept[i]
-                row = verify_row(rows[i * stride : (i + 1) * stride], accept[i], capped=capped)  # type: ignore[index]
-            else:
-                row = VerifyRow((), tuple(committed[i]))
-            self.observe(rid, len(out) - 1, out[-1], row)
-
     def finish(self, rid: Hashable) -> None:
         """``rid`` has ended: score its pending drafts where the committed tokens reach, drop its state."""
         request = self._requests.pop(rid, None)
@@ -340,7 +316,33 @@ class LiveProbe:
             self.finish(rid)
 
 
+def observe_round(
+    probe: LiveProbe,
+    requests: Sequence[tuple[Hashable, Sequence[int], bool]],
+    committed: Sequence[Sequence[int]],
+    rows: Sequence[int] | None,
+    accept: Sequence[int] | None,
+    block: Sequence[int] | None = None,
+) -> None:
+    """One verify round into ``probe`` (after its ``begin_round``), as sglang's host copies hold it:
+    ``requests[i]`` is (rid, output ids before this round, whether sglang counts request i this round),
+    ``committed[i]`` the tokens it commits; on a sampled round ``rows`` is the flat output rows
+    (one row of equal width per request), ``accept`` the accept lengths and ``block`` DSPARK's
+    block accept lengths (``None`` where the builtin caps nothing)."""
+    stride = len(rows) // len(requests) if rows and requests else 0
+    for i, (rid, out, live) in enumerate(requests):
+        if not live or not out or not probe.wants(rid):
+            continue
+        if stride and accept is not None:
+            capped = block is not None and block[i] > accept[i]
+            row = verify_row(rows[i * stride : (i + 1) * stride], accept[i], capped=capped)  # type: ignore[index]
+        else:
+            row = VerifyRow((), tuple(committed[i]))
+        probe.observe(rid, len(out) - 1, out[-1], row)
+
+
 __all__ = [
+    "observe_round",
     "MAX_REQUESTS",
     "MAX_PENDING",
     "STALE_ROUNDS",

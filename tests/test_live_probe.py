@@ -10,7 +10,14 @@ import pytest
 from sglang_dspark_plugin.engine.probe import ProbeCounts, ProbeRound, probe_counts
 from sglang_dspark_plugin.errors import GeometryError, ProbeMismatchError, SettingsError
 from sglang_dspark_plugin.harvest import DsparkHarvest
-from sglang_dspark_plugin.live_probe import LiveProbe, ProbeSettings, VerifyRow, row_of_round, verify_row
+from sglang_dspark_plugin.live_probe import (
+    LiveProbe,
+    ProbeSettings,
+    VerifyRow,
+    observe_round,
+    row_of_round,
+    verify_row,
+)
 from sglang_dspark_plugin.live_verdict import DecisionRule, decide
 from sglang_dspark_plugin.logsafe import EscapeAndBound
 
@@ -291,7 +298,7 @@ def test_a_whole_round_scores_as_its_requests_one_by_one() -> None:
     for k in range(60):
         reqs, committed, rows, accept = _served_round(4, k, 5, 1)
         whole.begin_round()
-        whole.observe_round(reqs, committed, rows, accept)
+        observe_round(whole, reqs, committed, rows, accept)
         single.begin_round()
         for i, (rid, out, _) in enumerate(reqs):
             single.observe(rid, len(out) - 1, out[-1], verify_row(rows[i * 6 : (i + 1) * 6], accept[i]))
@@ -302,10 +309,10 @@ def test_a_round_keeps_the_drafts_of_at_most_max_per_round_requests() -> None:
     probe = LiveProbe(DSPARK, EVERY_ROUND, max_per_round=8)
     reqs, committed, rows, accept = _served_round(64, 0, 5, 0)
     probe.begin_round()
-    probe.observe_round(reqs, committed, rows, accept)
+    observe_round(probe, reqs, committed, rows, accept)
     requests, pending, _ = probe.held()
     assert requests == 8 and pending == 8  # the other 56 are not tracked: their rows cost nothing more
     reqs[0] = (0, reqs[0][1], False)  # a request sglang does not count this round is left out
     probe.begin_round()
-    probe.observe_round(reqs, committed, None, None)  # an unsampled round: committed tokens only
+    observe_round(probe, reqs, committed, None, None)  # an unsampled round: committed tokens only
     assert probe.held()[0] <= 8

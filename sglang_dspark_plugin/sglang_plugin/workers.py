@@ -17,6 +17,7 @@ from sglang.srt.speculative.dspark_components.dspark_worker_v2 import DSparkWork
 
 from ..errors import GeometryError
 from ..harvest import ENV_VAR, DsparkHarvest
+from ..live_probe import LiveProbe, observe_round
 from ..logsafe import safe_logger
 from ..rank_agreement import agreement_values, check_rank_agreement
 from ..serving import ServePlan
@@ -34,7 +35,6 @@ from .hooks import PARSE_HOOK_TARGET, RESULT_HOOK_TARGET, TARGET_CONTRACT, regis
 from .resolution import announce, optional_arg, read_arg, require_plan
 
 if TYPE_CHECKING:
-    from ..live_probe import LiveProbe
     from ..telemetry import AcceptTelemetry
 
 logger = safe_logger("sglang_dspark_plugin.sglang_plugin")
@@ -172,7 +172,6 @@ class _HarvestWorkerMixin:
         That is TP rank 0 (the others verify the same rounds), and with data-parallel attention the
         first rank of every DP group, whose lines end with ``dp=N`` (``telemetry_placement``).
         """
-        from ..live_probe import LiveProbe
         from ..telemetry import AcceptTelemetry, PrometheusMetrics
 
         self.dspark_plan = plan
@@ -190,7 +189,7 @@ class _HarvestWorkerMixin:
         )
         dp_tag = "" if dp_rank is None else f" dp={dp_rank}"
         self.dspark_probe = LiveProbe(plan.harvest, plan.request.probe, dp_tag=dp_tag)
-        self.dspark_telemetry.probe = self.dspark_probe  # the alarm and the summary state its verdict
+        self.dspark_telemetry.alarm.probe = self.dspark_probe  # the alarm and the summary state its verdict
         logger.info(
             "DSPARK_HARVEST worker %s%s: harvest=%s (%s), block_size=%d, gamma=%d, verify_window=%d, "
             "harvested rows %s",
@@ -213,7 +212,7 @@ class _HarvestWorkerMixin:
         probe, telemetry = self.dspark_probe, self.dspark_telemetry
         if probe is None or telemetry is None:
             return
-        sampled = probe.begin_round(alarm_low=telemetry.alarm_low())
+        sampled = probe.begin_round(alarm_low=telemetry.alarm.low())
         if probe.busy:
             requests = [(r.rid, r.output_ids, keep) for r, keep in zip(batch.reqs, live, strict=True)]
             rows = accept = block = None
@@ -221,7 +220,7 @@ class _HarvestWorkerMixin:
                 rows, accept = result.next_token_ids.tolist(), result.accept_lens.tolist()
                 capped = getattr(result, "block_accept_lens", None)
                 block = None if capped is None else capped.tolist()
-            probe.observe_round(requests, committed, rows, accept, block)
+            observe_round(probe, requests, committed, rows, accept, block)
         probe.poll()
 
     def note_request_finished(self, *, rid: str, natural_stop: bool) -> None:

@@ -173,6 +173,7 @@ class AcceptTelemetry:
             "invalid_rounds": c.invalid_rounds,
             "elapsed_s": self.elapsed(),
             "settings": self.settings.to_json(),
+            **({} if self.alarm.probe is None else {"probe": self.alarm.probe.assessment().to_json()}),
         }
 
     def summary_line(self) -> str:
@@ -193,8 +194,12 @@ class AcceptTelemetry:
             f"window_mean={'n/a' if window is None else f'{window:.2f}'} "
             f"per_position=[{','.join(f'{r:.2f}' for r in rates)}] "
             f"harvest={self.tag} gamma={self.gamma} rounds_per_s={rps} "
-            f"alarms={self.alarm.fired} invalid_rounds={c.invalid_rounds}{self.dp_tag}"
+            f"alarms={self.alarm.fired} invalid_rounds={c.invalid_rounds}{self._probe_tag()}{self.dp_tag}"
         )
+
+    def _probe_tag(self) -> str:
+        """`` probe=<kind>`` (the live probe's verdict so far) where a probe is attached."""
+        return "" if self.alarm.probe is None else f" probe={self.alarm.probe.assessment().kind}"
 
     def log_summary(self) -> None:
         """Log the summary line at INFO (independent of the per-round level)."""

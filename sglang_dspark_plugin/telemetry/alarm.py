@@ -66,6 +66,7 @@ class RollingAlarm:
         self.source = source
         self.evidence = tuple(evidence)
         self.dp_tag = dp_tag
+        self.probe: Any = None  # a LiveProbe measuring the cause (the worker attaches it), or None
         self.alarms: list[Alarm] = []  # the MAX_KEPT most recent
         self.fired = 0
         self._seen = 0  # valid rounds observed
@@ -106,6 +107,11 @@ class RollingAlarm:
         tokens, reqs = self._window()
         return tokens / reqs
 
+    def low(self) -> bool:
+        """Whether the rolling window's mean accept length is below the threshold now."""
+        window = self.window_mean()
+        return self.on and window is not None and window < self.threshold
+
     def _evidence_text(self) -> str:
         votes = vote_list(self.evidence)
         if votes:
@@ -124,14 +130,37 @@ class RollingAlarm:
             )
         else:
             fix = f"Try {HARVEST_ENV_VAR}={other.name()} and restart"
-        return (
+        head = (
             f"dspark accept ALARM: mean accept length {window_mean:.2f} over the last {window_rounds} rounds "
             f"({window_reqs} request-rounds) is below {self.threshold:.2f} (gamma={self.gamma}, "
             f"max {self.gamma + 1}). harvest={self.harvest.name()} source={self.source} "
-            f"evidence: {self._evidence_text()}. Likely cause: drafts harvested under the wrong convention: "
+            f"evidence: {self._evidence_text()}. "
+        )
+        measured = self._measured_cause()
+        if measured is not None:
+            return f"{head}{measured}{self.dp_tag}"
+        return (
+            f"{head}Likely cause: drafts harvested under the wrong convention: "
             f"acceptance collapses toward 1.0 while outputs stay correct. {fix}; if acceptance stays low "
             f"under both harvests, the drafter does not fit this target or workload.{self.dp_tag}"
         )
+
+    def _measured_cause(self) -> str | None:
+        """What the live probe measured, once decisive: the cause and its fix (or that the harvest is
+        not the cause), instead of the guess; ``None`` without a probe or before it decides."""
+        if self.probe is None:
+            return None
+        verdict = self.probe.assessment()
+        if not verdict.decisive:
+            return None
+        if verdict.override is not None:
+            return f"Measured cause (live probe): {verdict.message}; then restart."
+        if verdict.kind == "matched":
+            return (
+                f"Measured (live probe): {verdict.message}: the harvest is not the cause; the drafter "
+                "accepts little on this workload."
+            )
+        return f"Measured (live probe): {verdict.message}."
 
 
 __all__ = ["Alarm", "RollingAlarm", "MAX_KEPT"]
