@@ -13,7 +13,11 @@ this sglang offers (``FEATURES_PROBE``), runs ``dspark-harvest doctor`` and
 ``pytest tests/sglang --deselect tests/sglang/test_served.py`` (argument level: no serving engine) with
 ``DSPARK_EXPECT_SGLANG=X``, and writes the result to $DSPARK_VENVS/release-matrix/X.json. The release's
 environment is deleted after its run unless ``--keep-venvs`` (each is 6-11 GB); the free disk is
-checked before each install. `table` prints the table of the recorded results; ``--docs`` also
+checked before each install. ``--without NAME`` installs the release without one of its own
+dependencies (its wheel with ``--no-deps``, then its other requirements): sglang 0.5.18 to 0.5.22 pin
+``cuda-tile==1.6.0rc5``, a placeholder that downloads the real wheel from pypi.nvidia.com, so where that
+host is unreachable run them with ``--without cuda-tile`` (nothing under ``sglang/`` imports it); the
+table says which rows were installed so. `table` prints the table of the recorded results; ``--docs`` also
 replaces the table between the ``release-matrix`` markers of that file. The environments
 scripts/setup_envs.sh makes are never touched (only ``release-*`` folders are created or deleted).
 """
@@ -21,6 +25,7 @@ scripts/setup_envs.sh makes are never touched (only ``release-*`` folders are cr
 from __future__ import annotations
 
 import argparse
+import email.parser
 import json
 import os
 import re
@@ -29,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -126,13 +132,37 @@ def sh(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, text=True, cwd=ROOT, **kwargs)
 
 
-def make_venv(venv: Path, version: str) -> None:
-    """A fresh environment with ``sglang==version``, the tests' extras and this checkout (editable)."""
+def release_requires(wheel: Path) -> list[str]:
+    """The wheel's own requirements (``Requires-Dist``), those of its extras left out."""
+    with zipfile.ZipFile(wheel) as whl:
+        name = next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA"))
+        meta = email.parser.Parser().parsestr(whl.read(name).decode())
+    return [r for r in meta.get_all("Requires-Dist") or [] if "extra ==" not in r]
+
+
+def sglang_without(py: str, version: str, without: list[str], where: Path) -> list[str]:
+    """What installs ``sglang==version`` minus the named dependencies: the release's wheel (installed
+    with ``--no-deps``) and its other requirements."""
+    sh([py, "-m", "pip", "download", "-q", "--no-deps", f"sglang=={version}", "-d", str(where)], check=True)
+    wheel = next(where.glob(f"sglang-{version}-*.whl"))
+    left_out = {env_spec._name(n) for n in without}
+    reqs = [r for r in release_requires(wheel) if env_spec._name(r) not in left_out]
+    sh([py, "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True)
+    return reqs
+
+
+def make_venv(venv: Path, version: str, without: list[str]) -> None:
+    """A fresh environment with ``sglang==version`` (less ``without``), the tests' extras and this
+    checkout (editable)."""
     reqs = env_spec.release_requirements(env_spec._project(), version)
     shutil.rmtree(venv, ignore_errors=True)
     sh([sys.executable, "-m", "venv", str(venv)], check=True)
     py = str(venv / "bin" / "python")
     sh([py, "-m", "pip", "install", "-q", "--upgrade", "pip"], check=True)
+    if without:
+        with tempfile.TemporaryDirectory() as tmp:
+            reqs = [r for r in reqs if env_spec._name(r) != "sglang"]
+            reqs += sglang_without(py, version, without, Path(tmp))
     sh([py, "-m", "pip", "install", "-q", *reqs], check=True)
     sh([py, "-m", "pip", "install", "-q", "--no-deps", "-e", "."], check=True)
 
@@ -157,12 +187,13 @@ def run_tests(py: str, version: str) -> dict[str, Any]:
         return {"returncode": proc.returncode, "summary": tail[0], **parse_junit(xml)}
 
 
-def measure(version: str, keep: bool) -> dict[str, Any]:
+def measure(version: str, keep: bool, without: list[str]) -> dict[str, Any]:
     """Install one release, run the doctor and the tests in it; the environment is deleted unless ``keep``."""
     venv = venvs_dir() / f"release-{version}"
-    result: dict[str, Any] = {"release": version, "free_gb_before": round(check_disk(venvs_dir()), 1)}
+    free = round(check_disk(venvs_dir()), 1)
+    result: dict[str, Any] = {"release": version, "free_gb_before": free, "without": without}
     try:
-        make_venv(venv, version)
+        make_venv(venv, version, without)
     except subprocess.CalledProcessError as err:
         shutil.rmtree(venv, ignore_errors=True)
         return {**result, "install_error": f"`{' '.join(map(str, err.cmd))[-120:]}` exited {err.returncode}"}
@@ -213,8 +244,9 @@ def _row(r: dict[str, Any]) -> str:
     t = r["tests"]
     counts = f"{t.get('passed', '?')} / {t.get('failures', '?')} / {t.get('errors', '?')}"
     first = (t.get("first_failure") or "none").replace("|", "\\|").replace("\n", " ")
+    release = r["release"] + (f" (without {', '.join(r['without'])})" if r.get("without") else "")
     return (
-        f"| {r['release']} | {r['torch']} | {_doctor_cell(r['doctor'])} | {counts} | {first} | "
+        f"| {release} | {r['torch']} | {_doctor_cell(r['doctor'])} | {counts} | {first} | "
         f"{_features_cell(r['features'])} |"
     )
 
@@ -245,6 +277,13 @@ def main(argv: list[str]) -> int:
         "releases", nargs="*", help="sglang versions (default: 0.5.17 .. 0.5.23 on the index)"
     )
     parser.add_argument("--keep-venvs", action="store_true", help="keep each release's environment")
+    parser.add_argument(
+        "--without",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="install the release without this dependency of sglang's (one it cannot fetch here)",
+    )
     parser.add_argument("--docs", type=Path, help="also write the table into this file's marked block")
     args = parser.parse_args(argv)
     if args.command == "releases":
@@ -252,7 +291,7 @@ def main(argv: list[str]) -> int:
         return 0
     if args.command == "run":
         for version in args.releases or in_range(index_releases(), LOWEST, HIGHEST):
-            result = measure(version, args.keep_venvs)
+            result = measure(version, args.keep_venvs, args.without)
             results_dir().mkdir(parents=True, exist_ok=True)
             (results_dir() / f"{version}.json").write_text(json.dumps(result, indent=1))
     text = table(load_results(args.releases or None))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,21 @@ def test_the_release_environment_pins_that_sglang_with_the_tests_extras():
     assert reqs[-1] == "sglang==0.5.20" and [r for r in reqs if r.startswith("sglang")] == ["sglang==0.5.20"]
     assert set(rm.env_spec._extra(project, "test")) <= set(reqs)
     assert set(project["project"]["dependencies"]) <= set(reqs)
+
+
+def test_a_wheels_own_requirements_leave_its_extras_out(tmp_path: Path):
+    wheel = tmp_path / "sglang-0.5.20-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as whl:
+        whl.writestr(
+            "sglang-0.5.20.dist-info/METADATA",
+            "Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.20\nRequires-Dist: cuda-tile==1.6.0rc5\n"
+            'Requires-Dist: torchcodec==0.15.0; sys_platform != "linux"\n'
+            'Requires-Dist: pytest; extra == "test"\n\nlong description\n',
+        )
+    assert rm.release_requires(wheel) == [
+        "cuda-tile==1.6.0rc5",
+        'torchcodec==0.15.0; sys_platform != "linux"',
+    ]
 
 
 def test_junit_counts_and_the_first_failure_come_from_a_real_pytest_run(tmp_path: Path):
