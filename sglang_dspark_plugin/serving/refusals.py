@@ -75,7 +75,8 @@ def refuse_disaggregation(request: LaunchRequest, layout: Layout, support: Sglan
         f"build_disagg_draft_input) for {', '.join(support.disaggregation) or 'no'} DFlash-family "
         f"builtin only, so the builtin {layout.builtin} itself would fail on the first transferred "
         "request. Serve without --disaggregation-mode, or with an sglang whose "
-        f"{layout.builtin} supports it (0.5.23 serves DFLASH and DSPARK under disaggregation).",
+        f"{layout.builtin} supports it (0.5.20 and later serve DFLASH and DSPARK under disaggregation, "
+        "0.5.17 to 0.5.19 DSPARK only).",
         kind="unsupported",
         where="--disaggregation-mode",
     )

@@ -10,6 +10,9 @@ the same process resolves exactly as in a fresh one.
 from __future__ import annotations
 
 import copy
+import importlib
+import importlib.util
+import inspect
 import json
 import os
 import pickle
@@ -161,16 +164,33 @@ def test_every_name_keyed_check_applies_as_to_the_builtin(
     assert not differs, (case, differs)
 
 
+def builds_disagg_draft_input(name: str, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Whether sglang's own dispatch (``SpeculativeAlgorithm.build_disagg_draft_input``) reaches the
+    builtin's prefill->decode draft-input builder: called with that builder replaced by a marker, so
+    the answer is sglang's behaviour, not the plugin's reading of it. 0.5.18 and 0.5.19 ship
+    ``dflash_disaggregation.py`` and never call it."""
+    module_name = f"sglang.srt.speculative.{name.lower()}_disaggregation"
+    if importlib.util.find_spec(module_name) is None:
+        return False
+    reached = object()
+    module = importlib.import_module(module_name)
+    monkeypatch.setattr(module, f"build_{name.lower()}_disagg_draft_input", lambda *a, **k: reached)
+    dispatch = SpeculativeAlgorithm[name].build_disagg_draft_input
+    return dispatch(**dict.fromkeys(inspect.signature(dispatch).parameters)) is reached
+
+
 @pytest.mark.parametrize("mode", ("prefill", "decode"))
 @pytest.mark.parametrize("builtin_name", ("DFLASH", "DSPARK"))
-def test_disaggregation_is_served_wherever_the_builtin_serves_it(builtin_name, mode) -> None:
+def test_disaggregation_is_served_wherever_the_builtin_serves_it(builtin_name, mode, monkeypatch) -> None:
     """Where this sglang builds the builtin's prefill->decode draft state, DSPARK_HARVEST resolves
-    exactly as the builtin does; where it does not (0.5.17's DFLASH), the plugin refuses with that
+    exactly as the builtin does; where it does not (DFLASH before 0.5.20), the plugin refuses with that
     reason instead of failing on the first transferred request."""
     from sglang_dspark_plugin.sglang_plugin.resolution import sglang_support
 
     flags = ("--disaggregation-mode", mode)
-    if builtin_name in sglang_support().disaggregation:
+    served = builds_disagg_draft_input(builtin_name, monkeypatch)
+    assert (builtin_name in sglang_support().disaggregation) is served
+    if served:
         want = outcome(TARGET, builtin_name, DRAFT[builtin_name], *flags)
         got = outcome(TARGET, "DSPARK_HARVEST", DRAFT[builtin_name], *flags)
         assert got[0] == want[0], (got, want)
