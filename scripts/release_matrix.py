@@ -8,18 +8,23 @@ argument-level tests in it, and a markdown table of what happened.
 `run` measures one release at a time (default: every release on the package index from 0.5.17 to
 0.5.23, patch releases included): it creates $DSPARK_VENVS/release-X (default
 ~/.cache/sglang-dspark-plugin/venvs), installs ``sglang==X`` with the tests' extras
-(``scripts/env_spec.py release X``) and this checkout (editable), records the installed torch, what
-this sglang offers (``FEATURES_PROBE``), runs ``dspark-harvest doctor`` and
-``pytest tests/sglang --deselect tests/sglang/test_served.py`` (argument level: no serving engine) with
-``DSPARK_EXPECT_SGLANG=X``, and writes the result to $DSPARK_VENVS/release-matrix/X.json. The release's
-environment is deleted after its run unless ``--keep-venvs`` (each is 6-11 GB); the free disk is
-checked before each install. ``--without NAME`` installs the release without one of its own
-dependencies (its wheel with ``--no-deps``, then its other requirements): sglang 0.5.18 to 0.5.22 pin
-``cuda-tile==1.6.0rc5``, a placeholder that downloads the real wheel from pypi.nvidia.com, so where that
-host is unreachable run them with ``--without cuda-tile`` (nothing under ``sglang/`` imports it); the
-table says which rows were installed so. `table` prints the table of the recorded results; ``--docs`` also
-replaces the table between the ``release-matrix`` markers of that file. The environments
+(``scripts/env_spec.py release X``) and this checkout (editable), records the installed torch and
+what this sglang offers (``FEATURES_PROBE``), runs ``dspark-harvest doctor`` and
+``pytest tests/sglang --deselect tests/sglang/test_served.py`` (argument level: no serving engine)
+with ``DSPARK_EXPECT_SGLANG=X``, and writes the result to $DSPARK_VENVS/release-matrix/X.json. The
+release's environment is deleted after its run unless ``--keep-venvs`` (each is 6-11 GB); the free
+disk is checked before each install. `table` prints the table of the recorded results; ``--docs``
+also replaces the table between the ``release-matrix`` markers of that file. The environments
 scripts/setup_envs.sh makes are never touched (only ``release-*`` folders are created or deleted).
+
+``--without NAME`` installs the release without one of its own dependencies (its wheel with
+``--no-deps``, then its other requirements): sglang 0.5.18 to 0.5.22 pin ``cuda-tile==1.6.0rc5``, a
+placeholder that downloads the real wheel from pypi.nvidia.com, so where that host is unreachable run
+them with ``--without cuda-tile`` (nothing under ``sglang/`` imports it); the table says which rows
+were installed so. pip's own settings apply (``PIP_*`` variables): a find-links folder that holds a
+CPU build of the torch a release pins makes pip take that build beside the index's CUDA torchvision,
+which then fails to load (``operator torchvision::nms does not exist``; the torch column shows
+``+cpu``); ``PIP_FIND_LINKS=" "`` keeps such a folder out of the run.
 """
 
 from __future__ import annotations
