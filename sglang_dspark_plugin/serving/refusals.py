@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..architectures import DSPARK_ARCHITECTURES, SGLANG_DSPARK_ARM, SGLANG_VERSIONS
+from ..architectures import DSPARK_ARCHITECTURES, SGLANG_BUILDS, SGLANG_DSPARK_ARM
 from ..census.families import pattern_family
 from ..draft_config import DflashCfg
 from ..errors import DsparkHarvestError, InvalidCheckpointError, UnsupportedCheckpointError
@@ -224,13 +224,12 @@ def _require_buildable(
     from ..servability import servability, unloadable_layout
     from ..tensor_headers import tensor_headers
 
-    if support.version not in SGLANG_VERSIONS:
+    if support.version not in SGLANG_BUILDS:
         return
     rank = 0 if cfg.markov_head is None else cfg.markov_head.rank
     names = list(tensor_headers(cfg.path)) if tensor_names is None else tensor_names
     unloadable = unloadable_layout(cfg.raw, names)
-    verdicts = servability(resolution.harvest, cfg.architecture, rank, unloadable)
-    verdict = next(v for v in verdicts if v.version == support.version)
+    (verdict,) = servability(resolution.harvest, cfg.architecture, rank, unloadable, (support.version,))
     if not verdict.servable:
         raise UnsupportedCheckpointError(
             f"sglang {support.version} cannot serve the draft {cfg.path} under the "

@@ -131,8 +131,8 @@ def _release_builds(name: str, arm: str) -> bool:
     archs = fx.config.get("architectures") or [None]
     rank = max((shape[1] for k, shape in fx.tensors.items() if k.endswith("markov_w1.weight")), default=0)
     unloadable = unloadable_layout(fx.config, list(fx.tensors))
-    verdicts = servability(DsparkHarvest.from_name(arm), archs[0], rank, unloadable)
-    return next(v for v in verdicts if v.version == sglang.__version__).servable
+    (verdict,) = servability(DsparkHarvest.from_name(arm), archs[0], rank, unloadable, (sglang.__version__,))
+    return verdict.servable
 
 
 def rank_without_head_type(name: str) -> bool:
