@@ -12,8 +12,9 @@ argument-level tests in it, and a markdown table of what happened.
 what this sglang offers (``FEATURES_PROBE``), runs ``dspark-harvest doctor`` and
 ``pytest tests/sglang --deselect tests/sglang/test_served.py`` (argument level: no serving engine)
 with ``DSPARK_EXPECT_SGLANG=X``, and writes the result to $DSPARK_VENVS/release-matrix/X.json. The
-release's environment is deleted after its run unless ``--keep-venvs`` (each is 6-11 GB); the free
-disk is checked before each install. `table` prints the table of the recorded results; ``--docs``
+release's environment is deleted after its run unless ``--keep-venvs`` (each is 6-11 GB; a later
+``--reuse-venvs`` run measures again in it, without installing); the free disk is checked before each
+install. `table` prints the table of the recorded results; ``--docs``
 also replaces the table between the ``release-matrix`` markers of that file. The environments
 scripts/setup_envs.sh makes are never touched (only ``release-*`` folders are created or deleted).
 
@@ -52,11 +53,13 @@ MIN_FREE_GB = 15.0
 BEGIN, END = "<!-- release-matrix:begin -->", "<!-- release-matrix:end -->"
 
 FEATURES_PROBE = """
-import importlib.util as u, json
+import importlib.util as u, inspect, json
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.speculative.dspark_components import dspark_config
 from sglang.srt.arg_groups import overrides
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 has = lambda m: u.find_spec(m) is not None
+dispatch = inspect.getsource(SpeculativeAlgorithm.build_disagg_draft_input)
 route = ("resolution_hooks" if has("sglang.srt.arg_groups.resolution_hooks")
          else "resolve_once" if hasattr(ServerArgs, "resolve_once") else "__post_init__")
 print(json.dumps({
@@ -64,10 +67,12 @@ print(json.dumps({
     "foreign_defaults": hasattr(overrides, "record_foreign_defaults"),
     "mask_fill_dspark": hasattr(dspark_config, "get_dspark_sample_from_anchor"),
     "disaggregation": [a for a in ("EAGLE", "DFLASH", "DSPARK")
-                       if has(f"sglang.srt.speculative.{a.lower()}_disaggregation")],
+                       if has(f"sglang.srt.speculative.{a.lower()}_disaggregation")
+                       and f"{a.lower()}_disaggregation" in dispatch],
 }))
 """
-"""What the release offers that the plugin's adapter keys on, read in its environment."""
+"""What the release offers that the plugin's adapter keys on, read in its environment (PD draft input:
+the builtins whose ``*_disaggregation`` module ``build_disagg_draft_input`` dispatches to)."""
 
 
 def venvs_dir() -> Path:
@@ -105,15 +110,15 @@ def parse_junit(path: Path) -> dict[str, Any]:
     root = ET.parse(path).getroot()
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
     counts = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
-    first = None
+    failed = []
     for case in root.iter("testcase"):
         problem = next((c for c in case if c.tag in ("failure", "error")), None)
         if problem is not None:
             reason = (problem.get("message") or problem.text or "").strip().splitlines() or [""]
-            first = f"{case.get('name')}: {reason[0][:160]}"
-            break
+            failed.append(f"{case.get('classname')}::{case.get('name')}: {reason[0][:300]}")
+    first = None if not failed else failed[0].split("::", 1)[1][:200]
     passed = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
-    return {**counts, "passed": passed, "first_failure": first}
+    return {**counts, "passed": passed, "first_failure": first, "failed": failed}
 
 
 def doctor_summary(returncode: int, output: str) -> dict[str, Any]:
@@ -192,13 +197,15 @@ def run_tests(py: str, version: str) -> dict[str, Any]:
         return {"returncode": proc.returncode, "summary": tail[0], **parse_junit(xml)}
 
 
-def measure(version: str, keep: bool, without: list[str]) -> dict[str, Any]:
-    """Install one release, run the doctor and the tests in it; the environment is deleted unless ``keep``."""
+def measure(version: str, keep: bool, without: list[str], reuse: bool = False) -> dict[str, Any]:
+    """Install one release (``reuse``: keep an environment a kept run left), run the doctor and the
+    tests in it; the environment is deleted unless ``keep``."""
     venv = venvs_dir() / f"release-{version}"
     free = round(check_disk(venvs_dir()), 1)
     result: dict[str, Any] = {"release": version, "free_gb_before": free, "without": without}
     try:
-        make_venv(venv, version, without)
+        if not (reuse and (venv / "bin" / "dspark-harvest").exists()):
+            make_venv(venv, version, without)
     except subprocess.CalledProcessError as err:
         shutil.rmtree(venv, ignore_errors=True)
         return {**result, "install_error": f"`{' '.join(map(str, err.cmd))[-120:]}` exited {err.returncode}"}
@@ -283,6 +290,9 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--keep-venvs", action="store_true", help="keep each release's environment")
     parser.add_argument(
+        "--reuse-venvs", action="store_true", help="measure in an environment a --keep-venvs run left"
+    )
+    parser.add_argument(
         "--without",
         action="append",
         default=[],
@@ -296,7 +306,7 @@ def main(argv: list[str]) -> int:
         return 0
     if args.command == "run":
         for version in args.releases or in_range(index_releases(), LOWEST, HIGHEST):
-            result = measure(version, args.keep_venvs, args.without)
+            result = measure(version, args.keep_venvs, args.without, args.reuse_venvs)
             results_dir().mkdir(parents=True, exist_ok=True)
             (results_dir() / f"{version}.json").write_text(json.dumps(result, indent=1))
     text = table(load_results(args.releases or None))

@@ -59,6 +59,11 @@ def test_junit_counts_and_the_first_failure_come_from_a_real_pytest_run(tmp_path
     got = rm.parse_junit(xml)
     assert (got["tests"], got["passed"], got["failures"], got["errors"]) == (4, 1, 2, 1)
     assert got["first_failure"].startswith("test_bad: AssertionError: one is not two")
+    assert [f.split(": ", 1)[0] for f in got["failed"]] == [
+        "test_probe::test_bad",
+        "test_probe::test_err",
+        "test_probe::test_bad_too",
+    ]
 
 
 def test_the_doctor_summary_keeps_the_verdict_and_what_is_missing():
