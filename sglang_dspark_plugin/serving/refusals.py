@@ -178,7 +178,7 @@ def _require_layout(cfg: DflashCfg, layout: Layout, resolution: Resolution, supp
         f"{cfg.path} is a mask-fill drafter (dflash harvest, {resolution.source}) with a DSpark "
         f"architecture and a rank-{rank} Markov head. sglang {support.version} cannot serve it: its "
         "DFLASH worker has no Markov head (it would drop a trained part of the model) and its DSPARK has "
-        "no mask-fill layout. Use sglang 0.5.23 or later, whose DSPARK serves it with "
+        "no mask-fill layout. Use sglang 0.5.19 or later, whose DSPARK serves it with "
         f"sample_from_anchor=false; or, if the drafter was trained shifted, set {ENV_VAR}=dspark.",
         where="sglang version",
     )
@@ -247,7 +247,7 @@ def _refuse_dropped_markov_head(cfg: DflashCfg, architectures: tuple[str, ...]) 
             f"this drafter is mask-fill (dflash harvest) but has a rank-{cfg.markov_head.rank} Markov head "
             f"(architectures={list(architectures)!r}); sglang's DFlash worker has no Markov head and would "
             "silently drop it. DSPARK_HARVEST serves it through DSPARK with sample_from_anchor=false "
-            f"(sglang 0.5.23 or later), or, if it was trained shifted, with {ENV_VAR}=dspark.",
+            f"(sglang 0.5.19 or later), or, if it was trained shifted, with {ENV_VAR}=dspark.",
             where="config.json: architectures / markov_rank",
         )
 

@@ -31,7 +31,7 @@ class SglangSupport:
     """What the running sglang can serve, as far as the plan's decisions go."""
 
     version: str
-    mask_fill_dspark: bool  # DSPARK reads sample_from_anchor (the mask-fill layout): 0.5.23 on
+    mask_fill_dspark: bool  # DSPARK reads sample_from_anchor (the mask-fill layout): 0.5.19 on
     disaggregation: tuple[str, ...] = ("DSPARK",)  # builtins whose prefill->decode draft state it builds
 
     @classmethod

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import sglang
+from features import RESOLVE_ONCE
 from sglang.srt.server_args import ServerArgs, prepare_server_args
 from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
 from sglang.srt.speculative.dspark_components.dspark_worker_v2 import DSparkWorkerV2
@@ -35,7 +35,6 @@ from sglang_dspark_plugin.sglang_plugin import builtin, register
 from sglang_dspark_plugin.sglang_plugin.resolution import PLAN_ATTR, plan_of
 from sglang_dspark_plugin.sglang_plugin.workers import HarvestDFlashWorker, HarvestDSparkWorker
 
-IS_0523 = tuple(int(x) for x in sglang.__version__.split(".")[:3]) >= (0, 5, 23)
 TARGET = EMBEDDED.target  # resolution reads its config.json only
 DRAFT = {"DFLASH": EMBEDDED.root / "drafter-dflash", "DSPARK": EMBEDDED.root / "drafter-dspark"}
 
@@ -60,7 +59,7 @@ def resolve(target: Path, algorithm: str, draft: Path, *extra: str):
             *extra,
         ]
     )
-    if IS_0523:
+    if RESOLVE_ONCE:
         from sglang.srt.arg_groups.overrides import resolved_view
 
         args.resolve_once()
@@ -97,7 +96,7 @@ def test_plugin_resolves_to_the_builtin_with_a_plan_on_the_server_args(builtin_n
         assert plan_of(carried) == plan
     cls = SpeculativeAlgorithm[builtin_name].create_worker(record)
     assert cls is (HarvestDFlashWorker if builtin_name == "DFLASH" else HarvestDSparkWorker)
-    if IS_0523:
+    if RESOLVE_ONCE:
         assert record._raw_input["speculative_algorithm"] == "DSPARK_HARVEST"  # what the user passed
 
 
@@ -215,7 +214,7 @@ def test_server_args_that_lost_the_plan_refuse_where_the_user_asked_for_the_plug
     lost = SimpleNamespace(speculative_draft_model_path="/d", speculative_algorithm="DSPARK_HARVEST")
     with pytest.raises(ServeRefusal, match="no serving plan"):
         builtin.worker_after_create(DSparkWorkerV2, SpeculativeAlgorithm.DSPARK, lost)
-    if IS_0523:  # sglang keeps what the user passed: a rebuilt record still says DSPARK_HARVEST
+    if RESOLVE_ONCE:  # sglang keeps what the user passed: a rebuilt record still says DSPARK_HARVEST
         rebuilt = SimpleNamespace(
             speculative_draft_model_path="/d",
             speculative_algorithm="DSPARK",

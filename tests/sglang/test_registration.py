@@ -17,6 +17,7 @@ import pytest
 import sglang
 from checkpoints import FIXTURES, write_checkpoint
 from conftest import PluginLog
+from features import FOREIGN_DEFAULTS, RESOLVE_ONCE
 from sglang.srt import plugins as sglang_plugins
 from sglang.srt.server_args import prepare_server_args
 from sglang.srt.speculative import spec_registry
@@ -32,7 +33,6 @@ from sglang_dspark_plugin.sglang_plugin import contract, hooks, is_registered, r
 from sglang_dspark_plugin.sglang_plugin.spec_algo import DsparkHarvestSpecAlgo
 
 NAME = "DSPARK_HARVEST"
-IS_0523 = tuple(int(x) for x in sglang.__version__.split(".")[:3]) >= (0, 5, 23)
 
 
 def unregister() -> None:
@@ -147,8 +147,19 @@ def test_contract_holds_for_this_sglang() -> None:
     targets = {s.target for s in statuses}
     for module, qualname, _ in contract.PLUGIN_CONTRACT + list(workers.WORKER_CONTRACT):
         assert f"{module}.{qualname}" in targets
-    assert ("sglang.srt.arg_groups.overrides._ForeignDefaults" in targets) is IS_0523
-    assert sglang.__version__ in contract.SUPPORTED_SGLANG
+    assert ("sglang.srt.arg_groups.overrides._ForeignDefaults" in targets) is FOREIGN_DEFAULTS
+    assert {"0.5.17", "0.5.23"} <= set(contract.SUPPORTED_SGLANG)  # the releases CI tests
+
+
+def test_this_release_registers_with_the_untested_warning_unless_it_is_tested(
+    plugin_log: PluginLog,
+) -> None:
+    unregister()
+    assert register() is True
+    warnings = [w for w in plugin_log.at(logging.WARNING) if "not a tested version" in w]
+    tested = sglang.__version__ in contract.SUPPORTED_SGLANG
+    assert len(warnings) == (0 if tested else 1)
+    assert all(f"sglang {sglang.__version__} is not a tested version" in w for w in warnings)
 
 
 # -- the spec class --------------------------------------------------------------------------------
@@ -177,7 +188,7 @@ def _resolved(target: Path, draft: Path):
             "cuda",  # the builtin it resolves to refuses cpu, as for a plain launch; no GPU is used
         ]
     )
-    if IS_0523:
+    if RESOLVE_ONCE:
         server_args.resolve_once()
     return server_args
 
