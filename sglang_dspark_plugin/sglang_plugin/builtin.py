@@ -8,12 +8,14 @@ run in their normal order, exactly as for the builtin. The plan rides on the ser
 returns the plugin's worker subclass (its telemetry and rank agreement) in place of the builtin worker
 it subclasses. A plain DFLASH/DSPARK launch carries no plan and keeps sglang's worker.
 
-Where the early hook runs: sglang 0.5.23, the resolution-hook API (``register_resolution_hook``) on the
-``handle_model_source_paths`` step, plus a check on ``handle_other_validations`` (after
-``handle_speculative_decoding``) that the geometry survived; sglang 0.5.17, a ``HookRegistry`` AROUND
+Where the early hook runs: sglang 0.5.20 on, the resolution-hook API (``register_resolution_hook``) on
+the ``handle_model_source_paths`` step, plus a check on ``handle_other_validations`` (after
+``handle_speculative_decoding``) that the geometry survived; before 0.5.20, a ``HookRegistry`` AROUND
 hook on ``ServerArgs.__post_init__`` (``load_plugins()`` runs before any ``ServerArgs`` is built by the
-launcher and the Engine). Where neither fires (a script that builds ``ServerArgs`` before
-``load_plugins()``), the registered ``DSPARK_HARVEST`` algorithm refuses and says how to launch.
+launcher and the Engine), and on 0.5.19, whose ``__post_init__`` leaves the record raw for
+``resolve_once``, the check AFTER ``resolve_once``. Where neither fires (a script that builds
+``ServerArgs`` before ``load_plugins()``), the registered ``DSPARK_HARVEST`` algorithm refuses and says
+how to launch.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ SOURCE = f"{ALGORITHM} (resolved as builtin)"
 RESOLUTION_STEP = "handle_model_source_paths"
 CHECK_STEP = "handle_other_validations"
 POST_INIT_TARGET = "sglang.srt.server_args.ServerArgs.__post_init__"
+RESOLVE_ONCE_TARGET = "sglang.srt.server_args.ServerArgs.resolve_once"
 CREATE_WORKER_TARGET = "sglang.srt.speculative.spec_info.SpeculativeAlgorithm.create_worker"
 
 
@@ -131,6 +134,13 @@ def post_init_around(original: Any, self: Any, *args: Any, **kwargs: Any) -> Any
     return result
 
 
+def resolve_once_after(result: Any, self: Any, *args: Any, **kwargs: Any) -> None:
+    """AFTER ``ServerArgs.resolve_once`` where resolution left construction but the resolution-hook API
+    is not there yet (sglang 0.5.19): ``__post_init__`` made the plan and declared the builtin, the
+    pipeline ran later; the builtin kept the plan's geometry."""
+    check_rewritten(self)
+
+
 def worker_after_create(result: Any, algorithm: Any, server_args: Any, *args: Any, **kwargs: Any) -> Any:
     """AFTER ``SpeculativeAlgorithm.create_worker``: the plugin's worker where the plan says so, and only
     in place of the builtin worker class it subclasses (``None`` keeps sglang's own result)."""
@@ -173,10 +183,17 @@ def register_early_hooks() -> str:
         HookRegistry.register(CREATE_WORKER_TARGET, worker_after_create, HookType.AFTER)
     try:
         from sglang.srt.arg_groups import resolution_hooks
-    except ImportError:  # 0.5.17: no resolution-hook API
+    except ImportError:  # before 0.5.20: no resolution-hook API
+        from sglang.srt.server_args import ServerArgs
+
         if not any(h is post_init_around for _, h, _ in HookRegistry._hooks.get(POST_INIT_TARGET, [])):
             HookRegistry.register(POST_INIT_TARGET, post_init_around, HookType.AROUND)
-        return "post_init"
+        if not hasattr(ServerArgs, "resolve_once"):
+            return "post_init"  # 0.5.17, 0.5.18: __post_init__ resolves
+        # 0.5.19: construction leaves the record raw (server_args.py:3663); resolve_once runs the pipeline
+        if not any(h is resolve_once_after for _, h, _ in HookRegistry._hooks.get(RESOLVE_ONCE_TARGET, [])):
+            HookRegistry.register(RESOLVE_ONCE_TARGET, resolve_once_after, HookType.AFTER)
+        return "post_init+resolve_once"
     for step, fn in ((RESOLUTION_STEP, resolution_step), (CHECK_STEP, check_step)):
         if fn not in resolution_hooks._HOOKS.get(step, []):
             resolution_hooks.register_resolution_hook(step)(fn)
@@ -189,5 +206,6 @@ __all__ = [
     "override_steps_and_topk",
     "check_rewritten",
     "register_early_hooks",
+    "resolve_once_after",
     "worker_after_create",
 ]
