@@ -192,8 +192,9 @@ def run_tests(py: str, version: str) -> dict[str, Any]:
         cmd += ["-p", "no:cacheprovider", f"--junitxml={xml}"]
         proc = sh(cmd, env={**os.environ, "DSPARK_EXPECT_SGLANG": version}, capture_output=True)
         tail = proc.stdout.strip().splitlines()[-1:] or [""]
-        if not xml.exists():
-            return {"returncode": proc.returncode, "summary": tail[0], "first_failure": proc.stderr[-300:]}
+        if not xml.exists():  # pytest ended before writing it (a collection error, a signal)
+            why = (proc.stderr.strip().splitlines() or [f"pytest exited {proc.returncode}, no report"])[-1]
+            return {"returncode": proc.returncode, "summary": tail[0], "first_failure": why[:200]}
         return {"returncode": proc.returncode, "summary": tail[0], **parse_junit(xml)}
 
 

@@ -38,8 +38,9 @@ class SglangSupport:
     def for_version(cls, version: str) -> SglangSupport:
         """The support a released version has (the adapters detect it from sglang's code instead)."""
         numbers = tuple(int(n) for n in re.findall(r"\d+", version)[:3])
-        recent = numbers >= (0, 5, 23)
-        return cls(version, recent, ("DFLASH", "DSPARK") if recent else ("DSPARK",))
+        mask_fill = numbers >= (0, 5, 19)  # dspark_config.get_dspark_sample_from_anchor
+        dflash_pd = numbers >= (0, 5, 20)  # build_disagg_draft_input dispatches DFLASH
+        return cls(version, mask_fill, ("DFLASH", "DSPARK") if dflash_pd else ("DSPARK",))
 
 
 @dataclass(frozen=True)
