@@ -3,6 +3,7 @@
     python scripts/env_spec.py requirements main   # one requirement a line: what pip install ".[extras]" pins
     python scripts/env_spec.py stamp main          # a digest of everything those arguments resolve from
     python scripts/env_spec.py names               # the environments pyproject.toml defines
+    python scripts/env_spec.py release 0.5.20      # a release's environment: sglang==0.5.20 and the tests'
 
 The requirements are the package's own dependencies, the environment's extras (what ``pip install
 ".[test,plot,metrics]"`` would install, listed rather than built, so that the environments can be created
@@ -48,7 +49,16 @@ def _extra(project: dict[str, Any], extra: str) -> list[str]:
 
 
 def requirements(project: dict[str, Any], name: str) -> list[str]:
-    env = envs(project)[name]
+    return requirements_of(project, envs(project)[name])
+
+
+def release_requirements(project: dict[str, Any], version: str) -> list[str]:
+    """The environment of one sglang release (scripts/release_matrix.py): the tests' extras and
+    ``sglang==version``, the torch that release pins."""
+    return requirements_of(project, {"extras": ["test"], "pins": [f"sglang=={version}"]})
+
+
+def requirements_of(project: dict[str, Any], env: dict[str, Any]) -> list[str]:
     extras = [r for extra in env["extras"] for r in _extra(project, extra)]
     listed = list(dict.fromkeys([*project["project"]["dependencies"], *extras]))
     pinned = {_name(pin) for pin in env["pins"]}
@@ -68,8 +78,14 @@ def main(argv: list[str]) -> int:
     if argv == ["names"]:
         print("\n".join(envs(project)))
         return 0
+    if len(argv) == 2 and argv[0] == "release":
+        print("\n".join(release_requirements(project, argv[1])))
+        return 0
     if len(argv) != 2 or argv[0] not in ("requirements", "stamp") or argv[1] not in envs(project):
-        print(f"usage: env_spec.py requirements|stamp {{{','.join(envs(project))}}} | names", file=sys.stderr)
+        print(
+            f"usage: env_spec.py requirements|stamp {{{','.join(envs(project))}}} | names | release X",
+            file=sys.stderr,
+        )
         return 2
     command, name = argv
     print("\n".join(requirements(project, name)) if command == "requirements" else stamp(project, name))

@@ -108,7 +108,7 @@ def test_the_plan_of_every_embedded_drafter(drafter: str, version: str) -> None:
     builtin, sample_from_anchor, window = EMBEDDED_BUILTIN[drafter]
     request = LaunchRequest(draft=str(EMBEDDED.root / drafter), target=str(EMBEDDED.target))
     if sample_from_anchor is False and not SUPPORTS[version].mask_fill_dspark:
-        with pytest.raises(ServeRefusal, match="0.5.23") as info:
+        with pytest.raises(ServeRefusal, match="0.5.19 or later") as info:
             make_plan(request, SUPPORTS[version])
         assert info.value.kind == "unsupported"
         return
@@ -238,5 +238,12 @@ def test_a_markov_head_only_the_tensors_declare(tmp_path) -> None:
     assert shifted.served_markov_head == (8, "gated") and shifted.manifest["markov_head"]["rank"] == 8
     mask_fill = _plan(draft, "0.5.23", env="dflash")
     assert mask_fill.layout.mask_fill_dspark and mask_fill.served_markov_head == (8, "gated")
-    with pytest.raises(ServeRefusal, match="0.5.23"):
+    with pytest.raises(ServeRefusal, match="0.5.19 or later"):
         _plan(draft, "0.5.17", env="dflash")
+
+
+def test_a_releases_support_record_follows_the_measured_releases() -> None:
+    # DSPARK's mask-fill layout from 0.5.19; DFLASH's prefill->decode draft input from 0.5.20
+    records = {v: SglangSupport.for_version(v) for v in ("0.5.18", "0.5.19", "0.5.20")}
+    assert [r.mask_fill_dspark for r in records.values()] == [False, True, True]
+    assert [r.disaggregation for r in records.values()] == [("DSPARK",), ("DSPARK",), ("DFLASH", "DSPARK")]

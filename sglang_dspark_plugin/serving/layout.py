@@ -4,9 +4,10 @@
   ``[anchor, MASK x (b-1)]`` is the query, row k's output is draft k+1, b drafts, verify window b+1.
 * mask-fill (dflash harvest): DFLASH, rows 1..b-1, b-1 drafts, verify window b.
 * mask-fill, with a DSpark architecture and a Markov head: DSPARK with ``sample_from_anchor`` false,
-  sglang 0.5.23's mask-fill layout: the anchor row's output is dropped, rows 1..b-1 are the b-1 drafts
-  (the Markov chain starts at the anchor), verify window b. DFLASH has no Markov head and would drop a
-  trained part of the model; sglang 0.5.17's DSPARK has no such layout, so there the drafter is refused.
+  the mask-fill layout of sglang's DSPARK from 0.5.19: the anchor row's output is dropped, rows 1..b-1
+  are the b-1 drafts (the Markov chain starts at the anchor), verify window b. DFLASH has no Markov head
+  and would drop a trained part of the model; DSPARK before 0.5.19 (0.5.17, 0.5.18) has no such layout,
+  so there the drafter is refused.
 
 Either way the harvest (``DsparkHarvest``) fixes the rows and the window; the layout only names the
 sglang worker that drafts them.

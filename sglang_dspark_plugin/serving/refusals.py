@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..architectures import DSPARK_ARCHITECTURES, SGLANG_DSPARK_ARM, SGLANG_VERSIONS
+from ..architectures import DSPARK_ARCHITECTURES, SGLANG_BUILDS, SGLANG_DSPARK_ARM
 from ..capture import target_layer_count, target_vocab_size, uncapturable_message
 from ..census.families import pattern_family
 from ..draft_config import DflashCfg
@@ -78,7 +78,8 @@ def refuse_disaggregation(request: LaunchRequest, layout: Layout, support: Sglan
         f"build_disagg_draft_input) for {', '.join(support.disaggregation) or 'no'} DFlash-family "
         f"builtin only, so the builtin {layout.builtin} itself would fail on the first transferred "
         "request. Serve without --disaggregation-mode, or with an sglang whose "
-        f"{layout.builtin} supports it (0.5.23 serves DFLASH and DSPARK under disaggregation).",
+        f"{layout.builtin} supports it (0.5.20 and later serve DFLASH and DSPARK under disaggregation, "
+        "0.5.17 to 0.5.19 DSPARK only).",
         kind="unsupported",
         where="--disaggregation-mode",
     )
@@ -178,7 +179,7 @@ def _require_layout(cfg: DflashCfg, layout: Layout, resolution: Resolution, supp
         f"{cfg.path} is a mask-fill drafter (dflash harvest, {resolution.source}) with a DSpark "
         f"architecture and a rank-{rank} Markov head. sglang {support.version} cannot serve it: its "
         "DFLASH worker has no Markov head (it would drop a trained part of the model) and its DSPARK has "
-        "no mask-fill layout. Use sglang 0.5.23 or later, whose DSPARK serves it with "
+        "no mask-fill layout. Use sglang 0.5.19 or later, whose DSPARK serves it with "
         f"sample_from_anchor=false; or, if the drafter was trained shifted, set {ENV_VAR}=dspark.",
         where="sglang version",
     )
@@ -222,13 +223,12 @@ def _require_buildable(
     """The rule ``inspect`` reports (``servability``): a class this sglang release builds, in a layout
     its loader reads. A release outside its class lists is left to the checks above."""
 
-    if support.version not in SGLANG_VERSIONS:
+    if support.version not in SGLANG_BUILDS:
         return
     rank = 0 if cfg.markov_head is None else cfg.markov_head.rank
     names = list(tensor_headers(cfg.path)) if tensor_names is None else tensor_names
     unloadable = unloadable_layout(cfg.raw, names)
-    verdicts = servability(resolution.harvest, cfg.architecture, rank, unloadable)
-    verdict = next(v for v in verdicts if v.version == support.version)
+    (verdict,) = servability(resolution.harvest, cfg.architecture, rank, unloadable, (support.version,))
     if not verdict.servable:
         raise UnsupportedCheckpointError(
             f"sglang {support.version} cannot serve the draft {cfg.path} under the "
@@ -246,7 +246,7 @@ def _refuse_dropped_markov_head(cfg: DflashCfg, architectures: tuple[str, ...]) 
             f"this drafter is mask-fill (dflash harvest) but has a rank-{cfg.markov_head.rank} Markov head "
             f"(architectures={list(architectures)!r}); sglang's DFlash worker has no Markov head and would "
             "silently drop it. DSPARK_HARVEST serves it through DSPARK with sample_from_anchor=false "
-            f"(sglang 0.5.23 or later), or, if it was trained shifted, with {ENV_VAR}=dspark.",
+            f"(sglang 0.5.19 or later), or, if it was trained shifted, with {ENV_VAR}=dspark.",
             where="config.json: architectures / markov_rank",
         )
 

@@ -32,7 +32,7 @@ class SglangSupport:
     """What the running sglang can serve, as far as the plan's decisions go."""
 
     version: str
-    mask_fill_dspark: bool  # DSPARK reads sample_from_anchor (the mask-fill layout): 0.5.23 on
+    mask_fill_dspark: bool  # DSPARK reads sample_from_anchor (the mask-fill layout): 0.5.19 on
     disaggregation: tuple[str, ...] = ("DSPARK",)  # builtins whose prefill->decode draft state it builds
     dspark_subfolder: bool = False  # DSPARK finds a draft in the target's dspark/ subfolder: 0.5.23 on
 
@@ -40,8 +40,10 @@ class SglangSupport:
     def for_version(cls, version: str) -> SglangSupport:
         """The support a released version has (the adapters detect it from sglang's code instead)."""
         numbers = tuple(int(n) for n in re.findall(r"\d+", version)[:3])
-        recent = numbers >= (0, 5, 23)
-        return cls(version, recent, ("DFLASH", "DSPARK") if recent else ("DSPARK",), recent)
+        mask_fill = numbers >= (0, 5, 19)  # dspark_config.get_dspark_sample_from_anchor
+        dflash_pd = numbers >= (0, 5, 20)  # build_disagg_draft_input dispatches DFLASH
+        subfolder = numbers >= (0, 5, 23)  # speculative_hook._target_checkpoint_dspark_subfolder
+        return cls(version, mask_fill, ("DFLASH", "DSPARK") if dflash_pd else ("DSPARK",), subfolder)
 
 
 @dataclass(frozen=True)

@@ -101,14 +101,16 @@ def servability(
     architecture: str | None,
     markov_rank: int | None,
     unloadable: str | None = None,
+    versions: tuple[str, ...] = SGLANG_VERSIONS,
 ) -> tuple[Servability, ...]:
-    """How each of ``SGLANG_VERSIONS`` serves a drafter of ``architecture`` under ``harvest``.
+    """How each of ``versions`` (releases ``SGLANG_BUILDS`` lists; default the tested ones) serves a
+    drafter of ``architecture`` under ``harvest``.
 
     ``unloadable``: why sglang's weight loader cannot read the checkpoint at all (an exporter's own
     layout), whatever its class.
     """
     out = []
-    for version in SGLANG_VERSIONS:
+    for version in versions:
         if unloadable is not None:
             out.append(Servability(version, None, None, unloadable))
         elif architecture is None:

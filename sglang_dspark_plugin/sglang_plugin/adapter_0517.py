@@ -1,10 +1,14 @@
-"""The adapter for sglang's in-place argument resolution (0.5.17's ``ServerArgs.__post_init__``).
+"""The adapter for sglang's in-place argument resolution (0.5.17's ``ServerArgs.__post_init__``; every
+release before the resolution-hook API of 0.5.20).
 
-A plugin's ``handle_server_args`` receives the record itself; sglang's handlers assign fields in place,
-and the plugin does the same (``declare_args``). There is no resolution-hook API: the rewrite wraps
-``ServerArgs.__post_init__`` with a ``HookRegistry`` AROUND hook (``load_plugins()`` runs before the
-launcher or the Engine builds any ``ServerArgs``), then sglang's whole resolution runs, then the
-check. sglang keeps no copy of what the user passed (``user_value`` is None).
+A plugin's ``handle_server_args`` receives the record itself; sglang's handlers assign fields in
+place (0.5.17, 0.5.18) or declare them (0.5.19), and the plugin does the same (``declare_args``).
+There is no resolution-hook API: the rewrite wraps ``ServerArgs.__post_init__`` with a
+``HookRegistry`` AROUND hook (``load_plugins()`` runs before the launcher or the Engine builds any
+``ServerArgs``), then sglang's whole resolution runs, then the check. 0.5.19's ``__post_init__``
+leaves the record raw (``server_args.py:3663``) and ``resolve_once`` runs the pipeline later: there
+the plan and the builtin are still declared at ``__post_init__`` (the pipeline keeps them,
+``pipeline.py:57-61``) and the check runs AFTER ``resolve_once``.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 
 ROUTE = "post_init"
 POST_INIT_TARGET = "sglang.srt.server_args.ServerArgs.__post_init__"
+RESOLVE_ONCE_TARGET = "sglang.srt.server_args.ServerArgs.resolve_once"
 CONTRACT: list[tuple[str, str, tuple[str, ...] | None]] = [
     ("sglang.srt.server_args", "ServerArgs.__post_init__", None),
 ]
@@ -26,37 +31,63 @@ def unwrap_record(server_args: Any) -> Any:
 
 
 def read_arg(server_args: Any, name: str) -> Any:
-    """A server argument as resolved so far: the field."""
-    return getattr(server_args, name)
+    """A server argument as resolved so far: the field, or (0.5.19, which declares its results) the
+    declarations over the raw input."""
+    try:
+        from sglang.srt.arg_groups.overrides import resolving_view
+    except ImportError:  # 0.5.17, 0.5.18: handlers assign the fields
+        return getattr(server_args, name)
+    return getattr(resolving_view(server_args), name)
 
 
 def declare_args(server_args: Any, source: str, **fields: Any) -> None:
-    """Set server arguments in place, as this sglang's handlers do (``source`` is not recorded)."""
-    for name, value in fields.items():
-        setattr(server_args, name, value)
+    """Set server arguments the way this sglang's handlers do: in place (0.5.17, 0.5.18; ``source`` is
+    not recorded), or as declarations (0.5.19)."""
+    try:
+        from sglang.srt.arg_groups.overrides import declare_resolution
+    except ImportError:
+        for name, value in fields.items():
+            setattr(server_args, name, value)
+        return
+    declare_resolution(server_args, source, **fields)
 
 
 def user_value(server_args: Any, name: str) -> Any:
-    """None: this sglang keeps no copy of what the user passed."""
-    return None
+    """What the user passed for ``name`` where sglang keeps it (0.5.19's ``_raw_input``), else None."""
+    raw = getattr(server_args, "_raw_input", None)
+    return raw.get(name) if isinstance(raw, dict) else None
 
 
 def register_rewrite(rewrite: Callable[[Any], Any], check: Callable[[Any], None]) -> str:
-    """Run ``rewrite`` before ``ServerArgs.__post_init__`` and ``check`` after it (idempotent);
-    returns the route's name."""
+    """Run ``rewrite`` before ``ServerArgs.__post_init__`` and ``check`` after it, or after
+    ``resolve_once`` where that runs the pipeline (0.5.19); idempotent; returns the route's name."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    from sglang.srt.server_args import ServerArgs
+
+    deferred = hasattr(ServerArgs, "resolve_once")  # 0.5.19: construction leaves the record raw
 
     def post_init_around(original: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
         rewrite(self)
         result = original(self, *args, **kwargs)
-        check(self)
+        if not deferred:
+            check(self)
         return result
 
-    registered = HookRegistry._hooks.get(POST_INIT_TARGET, [])
-    if not any(getattr(h, "dspark_runs", None) is rewrite for _, h, _ in registered):
-        vars(post_init_around)["dspark_runs"] = rewrite  # what makes a second registration a no-op
-        HookRegistry.register(POST_INIT_TARGET, post_init_around, HookType.AROUND)
-    return ROUTE
+    def resolve_once_after(result: Any, self: Any, *args: Any, **kwargs: Any) -> None:
+        check(self)
+
+    _register_once(HookRegistry, POST_INIT_TARGET, post_init_around, HookType.AROUND, rewrite)
+    if not deferred:
+        return ROUTE
+    _register_once(HookRegistry, RESOLVE_ONCE_TARGET, resolve_once_after, HookType.AFTER, check)
+    return f"{ROUTE}+resolve_once"
+
+
+def _register_once(registry: Any, target: str, hook: Callable[..., Any], kind: Any, runs: Any) -> None:
+    """``registry.register(target, hook, kind)`` unless a hook that runs ``runs`` is there already."""
+    if not any(getattr(h, "dspark_runs", None) is runs for _, h, _ in registry._hooks.get(target, [])):
+        vars(hook)["dspark_runs"] = runs  # what makes a second registration a no-op
+        registry.register(target, hook, kind)
 
 
 __all__ = ["ROUTE", "CONTRACT", "unwrap_record", "read_arg", "declare_args", "user_value", "register_rewrite"]

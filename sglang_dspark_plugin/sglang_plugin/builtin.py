@@ -9,7 +9,8 @@ returns the plugin's worker subclass (its telemetry and rank agreement) in place
 it subclasses. A plain DFLASH/DSPARK launch carries no plan and keeps sglang's worker.
 
 Where the early hook runs is the version adapter's business (``resolution.adapter``: a resolution
-hook on 0.5.23, an AROUND hook on ``ServerArgs.__post_init__`` on 0.5.17). Where it cannot fire (a
+hook from 0.5.20 on, an AROUND hook on ``ServerArgs.__post_init__`` before, plus a check AFTER
+``resolve_once`` on 0.5.19). Where it cannot fire (a
 script that builds ``ServerArgs`` before ``load_plugins()``), the registered ``DSPARK_HARVEST``
 algorithm refuses and says how to launch.
 """

@@ -44,6 +44,12 @@ PLUGIN_CONTRACT: list[Entry] = [
     (_SPEC_INFO, "SpeculativeAlgorithm.DSPARK", None),
     (_SPEC_INFO, "SpeculativeAlgorithm.handle_server_args", ("server_args",)),
     (_SPEC_INFO, "SpeculativeAlgorithm.create_worker", ("server_args",)),  # builtin.worker_after_create
+    # resolution.disaggregation_builtins reads which builtins its dispatch reaches
+    (
+        _SPEC_INFO,
+        "SpeculativeAlgorithm.build_disagg_draft_input",
+        ("batch", "last_tokens_tensor", "future_map"),
+    ),
     (
         _SPEC_INFO,
         "SpeculativeAlgorithm.create_future_map",

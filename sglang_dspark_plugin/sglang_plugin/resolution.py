@@ -83,21 +83,40 @@ def launch_request(server_args: Any, environ: Mapping[str, str] | None = None) -
 
 def sglang_support() -> SglangSupport:
     """What this sglang can serve: its version, whether its DSPARK has the mask-fill layout, and which
-    builtins' prefill->decode draft state it builds (``speculative/<name>_disaggregation.py``)."""
+    builtins' prefill->decode draft state it builds (``disaggregation_builtins``), and whether it
+    finds a draft in the target's ``dspark/`` subfolder."""
     import sglang
     from sglang.srt.arg_groups import speculative_hook
     from sglang.srt.speculative.dspark_components import dspark_config
 
-    disaggregation = tuple(
-        name
-        for name in ("DFLASH", "DSPARK")
-        if importlib.util.find_spec(f"sglang.srt.speculative.{name.lower()}_disaggregation") is not None
-    )
     return SglangSupport(
         str(sglang.__version__),
         hasattr(dspark_config, "get_dspark_sample_from_anchor"),
-        disaggregation,
+        disaggregation_builtins(),
         hasattr(speculative_hook, "_target_checkpoint_dspark_subfolder"),  # a draft in the target's dspark/
+    )
+
+
+def disaggregation_builtins() -> tuple[str, ...]:
+    """The DFlash-family builtins whose prefill->decode draft state this sglang builds: a
+    ``speculative/<name>_disaggregation.py`` that ``SpeculativeAlgorithm.build_disagg_draft_input``
+    dispatches to. sglang 0.5.18 and 0.5.19 ship ``dflash_disaggregation.py`` but dispatch EAGLE and
+    DSPARK only (their ``spec_info.py`` build_disagg_draft_input returns None for DFLASH), so a DFLASH
+    decode server there gets no draft input; 0.5.20 dispatches DFLASH too."""
+    import importlib.util
+    import inspect
+
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    try:
+        dispatch: str | None = inspect.getsource(SpeculativeAlgorithm.build_disagg_draft_input)
+    except (OSError, TypeError):  # no source shipped: the modules are all there is to read
+        dispatch = None
+    return tuple(
+        name
+        for name in ("DFLASH", "DSPARK")
+        if importlib.util.find_spec(f"sglang.srt.speculative.{name.lower()}_disaggregation") is not None
+        and (dispatch is None or f"{name.lower()}_disaggregation" in dispatch)
     )
 
 
@@ -167,6 +186,7 @@ __all__ = [
     "adapter",
     "launch_request",
     "sglang_support",
+    "disaggregation_builtins",
     "plan_of",
     "asked_for_plugin",
     "require_plan",

@@ -10,6 +10,9 @@ the same process resolves exactly as in a fresh one.
 from __future__ import annotations
 
 import copy
+import importlib
+import importlib.util
+import inspect
 import json
 import os
 import pickle
@@ -20,6 +23,7 @@ from types import SimpleNamespace
 
 import pytest
 import sglang
+from features import RESOLVE_ONCE
 from sglang.srt.server_args import ServerArgs, prepare_server_args
 from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
 from sglang.srt.speculative.dspark_components.dspark_worker_v2 import DSparkWorkerV2
@@ -34,7 +38,6 @@ from sglang_dspark_plugin.sglang_plugin import builtin, register
 from sglang_dspark_plugin.sglang_plugin.resolution import PLAN_ATTR, plan_of
 from sglang_dspark_plugin.sglang_plugin.workers import HarvestDFlashWorker, HarvestDSparkWorker
 
-IS_0523 = tuple(int(x) for x in sglang.__version__.split(".")[:3]) >= (0, 5, 23)
 TARGET = EMBEDDED.target  # resolution reads its config.json only
 DRAFT = {"DFLASH": EMBEDDED.root / "drafter-dflash", "DSPARK": EMBEDDED.root / "drafter-dspark"}
 
@@ -59,7 +62,7 @@ def resolve(target: Path, algorithm: str, draft: Path, *extra: str):
             *extra,
         ]
     )
-    if IS_0523:
+    if RESOLVE_ONCE:
         from sglang.srt.arg_groups.overrides import resolved_view
 
         args.resolve_once()
@@ -96,7 +99,7 @@ def test_plugin_resolves_to_the_builtin_with_a_plan_on_the_server_args(builtin_n
         assert plan_of(carried) == plan
     cls = SpeculativeAlgorithm[builtin_name].create_worker(record)
     assert cls is (HarvestDFlashWorker if builtin_name == "DFLASH" else HarvestDSparkWorker)
-    if IS_0523:
+    if RESOLVE_ONCE:
         assert record._raw_input["speculative_algorithm"] == "DSPARK_HARVEST"  # what the user passed
 
 
@@ -163,16 +166,35 @@ def test_every_name_keyed_check_applies_as_to_the_builtin(
     assert not differs, (case, differs)
 
 
+def builds_disagg_draft_input(name: str, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Whether sglang's own dispatch (``SpeculativeAlgorithm.build_disagg_draft_input``) reaches the
+    builtin's prefill->decode draft-input builder: called with that builder replaced by a marker, so
+    the answer is sglang's behaviour, not the plugin's reading of it. 0.5.18 and 0.5.19 ship
+    ``dflash_disaggregation.py`` and never call it."""
+    module_name = f"sglang.srt.speculative.{name.lower()}_disaggregation"
+    if importlib.util.find_spec(module_name) is None:
+        return False
+    reached = object()
+    module = importlib.import_module(module_name)
+    builders = [n for n in vars(module) if n.startswith("build_") and n.endswith("disagg_draft_input")]
+    for builder in builders:  # 0.5.18's is build_dflash_family_disagg_draft_input
+        monkeypatch.setattr(module, builder, lambda *a, **k: reached)
+    dispatch = SpeculativeAlgorithm[name].build_disagg_draft_input
+    return dispatch(**dict.fromkeys(inspect.signature(dispatch).parameters)) is reached
+
+
 @pytest.mark.parametrize("mode", ("prefill", "decode"))
 @pytest.mark.parametrize("builtin_name", ("DFLASH", "DSPARK"))
-def test_disaggregation_is_served_wherever_the_builtin_serves_it(builtin_name, mode) -> None:
+def test_disaggregation_is_served_wherever_the_builtin_serves_it(builtin_name, mode, monkeypatch) -> None:
     """Where this sglang builds the builtin's prefill->decode draft state, DSPARK_HARVEST resolves
-    exactly as the builtin does; where it does not (0.5.17's DFLASH), the plugin refuses with that
+    exactly as the builtin does; where it does not (DFLASH before 0.5.20), the plugin refuses with that
     reason instead of failing on the first transferred request."""
     from sglang_dspark_plugin.sglang_plugin.resolution import sglang_support
 
     flags = ("--disaggregation-mode", mode)
-    if builtin_name in sglang_support().disaggregation:
+    served = builds_disagg_draft_input(builtin_name, monkeypatch)
+    assert (builtin_name in sglang_support().disaggregation) is served
+    if served:
         want = outcome(TARGET, builtin_name, DRAFT[builtin_name], *flags)
         got = outcome(TARGET, "DSPARK_HARVEST", DRAFT[builtin_name], *flags)
         assert got[0] == want[0], (got, want)
@@ -195,7 +217,7 @@ def test_server_args_that_lost_the_plan_refuse_where_the_user_asked_for_the_plug
     lost = SimpleNamespace(speculative_draft_model_path="/d", speculative_algorithm="DSPARK_HARVEST")
     with pytest.raises(ServeRefusal, match="no serving plan"):
         builtin.worker_after_create(DSparkWorkerV2, SpeculativeAlgorithm.DSPARK, lost)
-    if IS_0523:  # sglang keeps what the user passed: a rebuilt record still says DSPARK_HARVEST
+    if RESOLVE_ONCE:  # sglang keeps what the user passed: a rebuilt record still says DSPARK_HARVEST
         rebuilt = SimpleNamespace(
             speculative_draft_model_path="/d",
             speculative_algorithm="DSPARK",

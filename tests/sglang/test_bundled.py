@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import sglang
 from bundled_checkpoints import hub_cache, keys_target, subfolder_target
+from features import SUBFOLDER_DRAFT
 from sglang.srt.server_args import ServerArgs, prepare_server_args
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
@@ -24,7 +24,7 @@ from sglang_dspark_plugin.sglang_plugin import register
 from sglang_dspark_plugin.sglang_plugin.resolution import plan_of
 from sglang_dspark_plugin.sglang_plugin.workers import HarvestDSparkWorker
 
-IS_0523 = tuple(int(x) for x in sglang.__version__.split(".")[:3]) >= (0, 5, 23)
+IS_0523 = SUBFOLDER_DRAFT  # the dspark/ subfolder form: 0.5.23
 BUILTIN_REFUSAL = "requires setting --speculative-draft-model-path"
 
 

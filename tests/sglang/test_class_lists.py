@@ -10,7 +10,7 @@ from pathlib import Path
 
 import sglang
 
-from sglang_dspark_plugin.architectures import SGLANG_BUILDS
+from sglang_dspark_plugin.architectures import SGLANG_BUILDS, SGLANG_MASK_FILL_DSPARK
 
 MODELS = Path(sglang.__file__).parent / "srt" / "models"
 TARGETS_WITH_A_DRAFT = ("deepseek_v4_dspark.py",)  # a target model bundling its DSpark head
@@ -38,3 +38,10 @@ def draft_classes() -> dict[str, set[str]]:
 def test_the_class_lists_are_this_sglangs():
     assert sglang.__version__ in SGLANG_BUILDS
     assert draft_classes() == {k: set(v) for k, v in SGLANG_BUILDS[sglang.__version__].items()}
+
+
+def test_the_mask_fill_dspark_releases_are_those_whose_dspark_reads_sample_from_anchor():
+    from sglang.srt.speculative.dspark_components import dspark_config
+
+    reads = hasattr(dspark_config, "get_dspark_sample_from_anchor")
+    assert (sglang.__version__ in SGLANG_MASK_FILL_DSPARK) is reads

@@ -22,7 +22,8 @@ def test_doctor_json_ok(capsys: pytest.CaptureFixture[str]) -> None:
     code, out = run_doctor(capsys, "--json")
     report = json.loads(out)
     assert code == 0 and report["ok"] is True
-    assert report["sglang"] == sglang.__version__ and report["version_supported"] is True
+    tested = sglang.__version__ in contract.SUPPORTED_SGLANG
+    assert report["sglang"] == sglang.__version__ and report["version_supported"] is tested
     assert report["registered"] is True
     assert report["registered_class"].endswith("DsparkHarvestSpecAlgo")
     assert report["entry_point"] == "sglang_dspark_plugin.sglang_plugin:register"
@@ -31,7 +32,8 @@ def test_doctor_json_ok(capsys: pytest.CaptureFixture[str]) -> None:
     assert len(hooks) >= len(expected)
     for module, qualname, _ in expected:
         assert hooks[f"{module}.{qualname}"] is True
-    assert report["problems"] == []
+    untested = [f"sglang {sglang.__version__} is not a tested version"]
+    assert [p[: len(untested[0])] for p in report["problems"]] == ([] if tested else untested)
 
 
 def test_doctor_text_ok(capsys: pytest.CaptureFixture[str]) -> None:
@@ -39,7 +41,8 @@ def test_doctor_text_ok(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     lines = out.splitlines()
     assert lines[0].startswith("python: ")  # the environment lines first, as `transformers env` prints
-    assert any(line.startswith(f"sglang: {sglang.__version__} (tested)") for line in lines)
+    tested = "(tested)" if sglang.__version__ in contract.SUPPORTED_SGLANG else "(NOT a tested version)"
+    assert any(line.startswith(f"sglang: {sglang.__version__} {tested}") for line in lines)
     assert "OK      sglang.srt.arg_groups.speculative_hook._handle_dflash" in out
     assert "DSPARK_HARVEST registered through the entry point: yes" in out
     assert out.rstrip().endswith("doctor: OK")

@@ -17,6 +17,7 @@ import pytest
 import sglang
 from checkpoints import FIXTURES, write_checkpoint
 from conftest import PluginLog
+from features import FOREIGN_DEFAULTS, RESOLUTION_HOOKS, RESOLVE_ONCE
 from sglang.srt import plugins as sglang_plugins
 from sglang.srt.server_args import prepare_server_args
 from sglang.srt.speculative import spec_registry
@@ -32,7 +33,6 @@ from sglang_dspark_plugin.sglang_plugin import contract, hooks, is_registered, r
 from sglang_dspark_plugin.sglang_plugin.spec_algo import DsparkHarvestSpecAlgo
 
 NAME = "DSPARK_HARVEST"
-IS_0523 = tuple(int(x) for x in sglang.__version__.split(".")[:3]) >= (0, 5, 23)
 
 
 def unregister() -> None:
@@ -147,8 +147,19 @@ def test_contract_holds_for_this_sglang() -> None:
     targets = {s.target for s in statuses}
     for module, qualname, _ in contract.PLUGIN_CONTRACT + list(workers.WORKER_CONTRACT):
         assert f"{module}.{qualname}" in targets
-    assert ("sglang.srt.arg_groups.overrides._ForeignDefaults" in targets) is IS_0523
-    assert sglang.__version__ in contract.SUPPORTED_SGLANG
+    assert ("sglang.srt.arg_groups.overrides._ForeignDefaults" in targets) is FOREIGN_DEFAULTS
+    assert {"0.5.17", "0.5.23"} <= set(contract.SUPPORTED_SGLANG)  # the releases CI tests
+
+
+def test_this_release_registers_with_the_untested_warning_unless_it_is_tested(
+    plugin_log: PluginLog,
+) -> None:
+    unregister()
+    assert register() is True
+    warnings = [w for w in plugin_log.at(logging.WARNING) if "not a tested version" in w]
+    tested = sglang.__version__ in contract.SUPPORTED_SGLANG
+    assert len(warnings) == (0 if tested else 1)
+    assert all(f"sglang {sglang.__version__} is not a tested version" in w for w in warnings)
 
 
 # -- the spec class --------------------------------------------------------------------------------
@@ -177,7 +188,7 @@ def _resolved(target: Path, draft: Path):
             "cuda",  # the builtin it resolves to refuses cpu, as for a plain launch; no GPU is used
         ]
     )
-    if IS_0523:
+    if RESOLVE_ONCE:
         server_args.resolve_once()
     return server_args
 
@@ -268,7 +279,7 @@ def test_the_adapter_is_the_one_this_sglang_needs() -> None:
     chosen = resolution.adapter()
     has_hooks = (Path(arg_groups.__file__).parent / "resolution_hooks.py").is_file()
     assert chosen.__name__.endswith("adapter_0523" if has_hooks else "adapter_0517")
-    assert has_hooks is IS_0523  # the two CI versions, one per adapter
+    assert has_hooks is RESOLUTION_HOOKS  # from 0.5.20 on
     assert all(contract.check_entry(*entry).ok for entry in chosen.CONTRACT)
 
 
@@ -276,7 +287,7 @@ def test_registering_the_rewrite_twice_registers_it_once() -> None:
     from sglang_dspark_plugin.sglang_plugin import builtin
 
     def registered() -> int:
-        if IS_0523:
+        if RESOLUTION_HOOKS:
             from sglang.srt.arg_groups import resolution_hooks
 
             return sum(len(v) for v in resolution_hooks._HOOKS.values())
@@ -286,5 +297,10 @@ def test_registering_the_rewrite_twice_registers_it_once() -> None:
 
     first = builtin.register_early_hooks()
     count = registered()
-    assert builtin.register_early_hooks() == first == ("resolution_hooks" if IS_0523 else "post_init")
+    route = (
+        "resolution_hooks"
+        if RESOLUTION_HOOKS
+        else ("post_init+resolve_once" if RESOLVE_ONCE else "post_init")
+    )
+    assert builtin.register_early_hooks() == first == route
     assert registered() == count

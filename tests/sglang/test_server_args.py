@@ -2,8 +2,9 @@
 
 Every fixture checkpoint x every ``MEMRA_DSPARK_HARVEST`` value resolves to its geometry or is refused
 with a clear, typed ``ValueError`` before any model loads; the same through ``--config FILE.yaml``.
-0.5.23 also runs ``resolve_once()`` and reads through ``resolved_view`` (its plugin hook receives a
-recording stand-in); 0.5.17 resolves in ``ServerArgs.__post_init__`` and is read directly.
+A release with ``resolve_once()`` (0.5.19 on) runs it and is read through ``resolved_view`` (from 0.5.20
+its plugin hook receives a recording stand-in); before, ``ServerArgs.__post_init__`` resolves and the
+record is read directly (``features.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sglang
 import yaml
 from checkpoints import FIXTURES, write_checkpoint
 from conftest import TARGET_CONFIG, PluginLog
+from features import DECLARES, FOREIGN_DEFAULTS, MASK_FILL_DSPARK, RESOLVE_ONCE
 from sglang.srt.server_args import ServerArgs, prepare_server_args
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
@@ -31,7 +33,6 @@ from sglang_dspark_plugin.harvest import DsparkHarvest
 from sglang_dspark_plugin.serving.servability import servability, unloadable_layout
 from sglang_dspark_plugin.sglang_plugin import register, resolution
 
-IS_0523 = tuple(int(x) for x in sglang.__version__.split(".")[:3]) >= (0, 5, 23)
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
 ENV_VALUES = (None, "dflash", "dspark", "dSpark ", "bogus")
 
@@ -51,8 +52,7 @@ def resolve(target: Path, draft: Path | None, *extra: str, device: str = "cuda",
         argv += ["--speculative-draft-model-path", str(draft)]
     argv += list(extra)
     server_args = prepare_server_args(argv)
-    assert hasattr(server_args, "resolve_once") == IS_0523  # each version takes its own branch
-    if IS_0523:
+    if RESOLVE_ONCE:
         from sglang.srt.arg_groups.overrides import resolved_view
 
         server_args.resolve_once()
@@ -108,7 +108,7 @@ def arm_cannot_build(name: str, arm: str) -> bool:
     """The worker serving the arm cannot build this drafter, so argument resolution refuses it already.
 
     DSPARK: sglang's dense DSpark model (or a DFlash-named drafter) only, with the target's vocabulary;
-    a mask-fill drafter served by DSPARK needs sglang 0.5.23 (0.5.17 has no such layout). DFLASH: a
+    a mask-fill drafter served by DSPARK needs DSPARK's mask-fill layout (0.5.19 on). DFLASH: a
     DSpark-named drafter without a Markov head loads as sglang's DFlashDraftModel.
     """
     fx = FIXTURES[name]
@@ -116,7 +116,7 @@ def arm_cannot_build(name: str, arm: str) -> bool:
         return True
     if builtin_for(name, arm) == "DFLASH":
         return False
-    if arm == "dflash" and not IS_0523:
+    if arm == "dflash" and not MASK_FILL_DSPARK:
         return True
     vocab = fx.config.get("vocab_size")  # the Markov head (the zero head too) is sized from it
     if vocab is not None and vocab != TARGET_CONFIG["vocab_size"]:
@@ -131,8 +131,8 @@ def _release_builds(name: str, arm: str) -> bool:
     archs = fx.config.get("architectures") or [None]
     rank = max((shape[1] for k, shape in fx.tensors.items() if k.endswith("markov_w1.weight")), default=0)
     unloadable = unloadable_layout(fx.config, list(fx.tensors))
-    verdicts = servability(DsparkHarvest.from_name(arm), archs[0], rank, unloadable)
-    return next(v for v in verdicts if v.version == sglang.__version__).servable
+    (verdict,) = servability(DsparkHarvest.from_name(arm), archs[0], rank, unloadable, (sglang.__version__,))
+    return verdict.servable
 
 
 def rank_without_head_type(name: str) -> bool:
@@ -190,8 +190,8 @@ def test_every_fixture_and_env(
     assert view.speculative_num_steps == 1
     assert view.speculative_eagle_topk == 1
     assert resolution.plan_of(record).geometry.block_size == b
-    if IS_0523:
-        assert record.speculative_num_draft_tokens is None  # declared through the stand-in, raw untouched
+    if DECLARES:
+        assert record.speculative_num_draft_tokens is None  # declared, the raw input untouched
     served = resolution.plan_of(record)
     assert served is not None
     assert served.resolution.harvest.name() == detail
@@ -235,6 +235,32 @@ def test_cuda_device_runs_the_builtin_handler(
     assert view.max_running_requests == 48  # set only by sglang's builtin DFlash-family handlers
     if builtin_for(name, arm) == "DFLASH":
         assert view.speculative_draft_attention_backend is not None  # _resolve_dflash_draft_attention_backend
+
+
+@pytest.mark.parametrize("arm", ("dflash", "dspark"))
+def test_a_builtin_handler_that_changes_the_plans_window_is_refused(
+    arm: str, target_dir: Path, checkpoint_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check after sglang's own speculative handling runs on every release's route (0.5.17's
+    ``__post_init__``, 0.5.19's ``resolve_once``, the resolution hooks from 0.5.20): a builtin handler
+    that moves the verify window the plan declared stops the launch."""
+    from sglang.srt.arg_groups import overrides, speculative_hook
+
+    handler = "_handle_dflash" if arm == "dflash" else "_handle_dspark"
+    real = getattr(speculative_hook, handler)
+
+    def widening(server_args):  # writes the way this release's own handlers write
+        real(server_args)
+        if DECLARES:
+            overrides.declare_resolution(server_args, "test", speculative_num_draft_tokens=99)
+        else:
+            server_args.speculative_num_draft_tokens = 99
+
+    monkeypatch.setattr(speculative_hook, handler, widening)
+    monkeypatch.setenv("MEMRA_DSPARK_HARVEST", arm)
+    with pytest.raises(GeometryError, match="changed what the") as info:
+        resolve(target_dir, write_checkpoint(checkpoint_dir, "specforge_dflash"))
+    assert "speculative_num_draft_tokens = 99" in info.value.message
 
 
 @pytest.mark.parametrize("arm", ("dflash", "dspark"))
@@ -390,15 +416,16 @@ def test_the_plan_is_read_through_the_record_and_the_recording_stand_in(
     assert first is not None
     assert resolution.unwrap_record(record) is record
     assert resolution.launch_request(record, {}).draft == first.request.draft
-    if IS_0523:
+    window = first.geometry.verify_window
+    assert resolution.read_arg(record, "speculative_num_draft_tokens") == window
+    assert record.speculative_num_draft_tokens == (None if DECLARES else window)  # declared, or set in place
+    if FOREIGN_DEFAULTS:
         from sglang.srt.arg_groups.overrides import _ForeignDefaults
 
-        stand_in = _ForeignDefaults(record)  # what 0.5.23 hands a plugin's handle_server_args
+        stand_in = _ForeignDefaults(record)  # what 0.5.20 on hands a plugin's handle_server_args
         assert resolution.unwrap_record(stand_in) is record
         assert resolution.plan_of(stand_in) is first
-        assert resolution.read_arg(stand_in, "speculative_num_draft_tokens") == first.geometry.verify_window
-    else:
-        assert record.speculative_num_draft_tokens == first.geometry.verify_window  # 0.5.17: set in place
+        assert resolution.read_arg(stand_in, "speculative_num_draft_tokens") == window
 
 
 @pytest.mark.parametrize("layers", (7, 8))

@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 from checkpoints import FIXTURES, Fixture, write_checkpoint
 from conftest import PluginLog
+from features import MASK_FILL_DSPARK
 from sglang.srt.layers import dp_attention
 from sglang.srt.runtime_context import get_parallel
-from test_server_args import IS_0523, resolve
+from test_server_args import resolve
 from transformers import PretrainedConfig
 
 from sglang_dspark_plugin.errors import InvalidCheckpointError, MissingBlockSizeError
@@ -78,13 +79,13 @@ def test_a_markov_head_only_the_tensors_declare_is_served_at_its_rank(
     assert zero_head is False
     assert (config.markov_rank, config.markov_head_type) == (rank, head_type)
 
-    # Mask-fill (forced dflash): DFLASH would drop the head. 0.5.23 serves it as DSPARK with
-    # sample_from_anchor=false (b-1 drafts, window b); 0.5.17 has no such layout: refused at argument time.
+    # Mask-fill (forced dflash): DFLASH would drop the head. From 0.5.19 DSPARK serves it with
+    # sample_from_anchor=false (b-1 drafts, window b); before, no such layout: refused at argument time.
     monkeypatch.setenv("MEMRA_DSPARK_HARVEST", "dflash")
-    if not IS_0523:
+    if not MASK_FILL_DSPARK:
         with pytest.raises(ValueError, match=f"rank-{rank} Markov head") as info:
             resolve(target_dir, draft)
-        assert info.value.kind == "unsupported" and "0.5.23" in info.value.message
+        assert info.value.kind == "unsupported" and "0.5.19" in info.value.message
         return
     record, view = resolve(target_dir, draft)
     assert view.speculative_algorithm == "DSPARK" and view.speculative_num_draft_tokens == 7

@@ -1,4 +1,4 @@
-"""The DSPARK_HARVEST workers against the REAL installed sglang (0.5.17 and 0.5.23), on CPU.
+"""The DSPARK_HARVEST workers against the REAL installed sglang (any release 0.5.17-0.5.23), on CPU.
 
 No worker can be constructed here (its ``__init__`` loads a target and a draft on a GPU), so each piece
 the workers add or rely on is run directly through sglang's own code: the class choice, the override
@@ -8,6 +8,7 @@ through sglang's model registry, the per-round telemetry hook and the rank-agree
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import logging
 import os
@@ -23,6 +24,7 @@ from checkpoints import (
     Fixture,
     write_checkpoint,
 )  # tests/ is on sys.path (tests/sglang/conftest.py)
+from features import MASK_FILL_DSPARK, NESTED_DFLASH_CONFIG, POST_LOAD_WEIGHTS, RESOLVE_ONCE
 from sglang.srt.models.dspark import DSparkDraftModel, VanillaMarkov, build_markov_head
 from sglang.srt.speculative.base_spec_worker import BaseSpecWorker
 from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2, _DflashDraftSampler
@@ -34,6 +36,7 @@ from sglang.srt.speculative.dspark_components.dspark_config import (
 from sglang.srt.speculative.dspark_components.dspark_worker_v2 import DSparkWorkerV2
 from transformers import PretrainedConfig
 
+from sglang_dspark_plugin.architectures import SGLANG_BUILDS
 from sglang_dspark_plugin.census import census
 from sglang_dspark_plugin.draft_config import MarkovHead
 from sglang_dspark_plugin.errors import GeometryError, InvalidCheckpointError, UnsupportedCheckpointError
@@ -55,14 +58,13 @@ from sglang_dspark_plugin.sglang_plugin.workers import (
 from sglang_dspark_plugin.telemetry import ACCEPT_LOGGER
 
 torch.set_num_threads(2)
-SGLANG_023 = sglang.__version__.startswith("0.5.23")
 
 
 def test_the_expected_sglang_is_installed():
     expected = os.environ.get("DSPARK_EXPECT_SGLANG")
     if expected is not None:
         assert sglang.__version__ == expected
-    assert sglang.__version__ in ("0.5.17", "0.5.23")
+    assert sglang.__version__ in SGLANG_BUILDS  # a release whose class lists the plugin holds
 
 
 # ------------------------------------------------------------------ served stand-in
@@ -107,7 +109,7 @@ def test_the_mask_fill_layout_is_set_at_the_top_level_where_sglang_reads_it(tmp_
     config.markov_head_type = "vanilla"
     assert prepare_dspark_arm_config(config, markov_rank=4, sample_from_anchor=False) is False
     assert config.sample_from_anchor is False
-    if SGLANG_023:
+    if MASK_FILL_DSPARK:
         from sglang.srt.speculative.dspark_components.dspark_config import get_dspark_sample_from_anchor
 
         assert get_dspark_sample_from_anchor(config) is False
@@ -217,29 +219,23 @@ def _zero_markov_head(fixture: str) -> tuple[PretrainedConfig, torch.nn.Module]:
 def _sglang_dspark_drafts(head: torch.nn.Module, base_logits: torch.Tensor, anchor: torch.Tensor):
     """sglang's own eager DSPARK draft sampler (``dspark_draft.sample_draft_block``), greedy."""
     bs = base_logits.shape[0]
-    if SGLANG_023:
+    kwargs = {
+        "base_logits": base_logits,
+        "anchor_tokens": anchor,
+        "draft_hidden": None,
+        "sampling_info": None,
+        "markov_head": head,
+        "device": torch.device("cpu"),
+    }
+    takes = inspect.signature(dspark_draft.sample_draft_block).parameters
+    if "tp_sync" in takes:  # 0.5.19 on
         from sglang.srt.speculative.spec_tp_sync import SpecTpSync
 
-        result = dspark_draft.sample_draft_block(
-            base_logits=base_logits,
-            anchor_tokens=anchor,
-            draft_hidden=None,
-            sampling_info=None,
-            markov_head=head,
-            noise=dspark_draft.DraftNoise(key=1, offset=torch.zeros((), dtype=torch.int64)),
-            device=torch.device("cpu"),
-            tp_sync=SpecTpSync(SimpleNamespace(world_size=1, rank_in_group=0)),
-            greedy_draft=True,
-        )
-    else:
-        result = dspark_draft.sample_draft_block(
-            base_logits=base_logits,
-            anchor_tokens=anchor,
-            draft_hidden=None,
-            sampling_info=None,
-            markov_head=head,
-            device=torch.device("cpu"),
-        )
+        kwargs["tp_sync"] = SpecTpSync(SimpleNamespace(world_size=1, rank_in_group=0))
+    if "noise" in takes:  # 0.5.22 on
+        kwargs["noise"] = dspark_draft.DraftNoise(key=1, offset=torch.zeros((), dtype=torch.int64))
+        kwargs["greedy_draft"] = True
+    result = dspark_draft.sample_draft_block(**kwargs)
     assert result.draft_tokens.shape[0] == bs
     return result.draft_tokens
 
@@ -300,11 +296,11 @@ def test_no_markov_checkpoint_passes_sglangs_dspark_checks_with_the_resolved_geo
 
 
 def test_a_real_markov_head_is_kept_even_where_sglang_does_not_read_its_spelling(tmp_path):
-    # SpecForge nests markov_rank/markov_head_type in dflash_config: 0.5.23 reads it there, 0.5.17 does
+    # SpecForge nests markov_rank/markov_head_type in dflash_config: 0.5.23 reads it there, before it does
     # not (it would see no head and refuse); either way the census's rank-8 gated head must be served.
     served = _served(tmp_path, "specforge_dspark")
     config = _hf_config("specforge_dspark")
-    assert parse_dspark_draft_config(draft_hf_config=config).markov_rank == (8 if SGLANG_023 else 0)
+    assert parse_dspark_draft_config(draft_hf_config=config).markov_rank == (8 if NESTED_DFLASH_CONFIG else 0)
     assert prepare_dspark_arm_config(config, markov_rank=served.cfg.markov_rank) is False
     parsed = parse_dspark_draft_config(draft_hf_config=config)
     assert (parsed.markov_rank, parsed.markov_head_type) == (8, "gated")
@@ -345,8 +341,8 @@ def test_the_dspark_arm_is_anchor_first_whatever_the_checkpoint_flag_says():
     assert config.sample_from_anchor is False
     prepare_dspark_arm_config(config, markov_rank=4)
     assert config.sample_from_anchor is True
-    if SGLANG_023:
-        # 0.5.23 reads the flag (dspark_config.get_dspark_sample_from_anchor) and would otherwise
+    if MASK_FILL_DSPARK:
+        # 0.5.19 on reads the flag (dspark_config.get_dspark_sample_from_anchor) and would otherwise
         # prepend a query row and drop the anchor row's output.
         from sglang.srt.speculative.dspark_components.dspark_config import get_dspark_sample_from_anchor
 
@@ -538,7 +534,7 @@ def _init_single_process_sglang_dist() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    if SGLANG_023:
+    if importlib.util.find_spec("sglang.test.layer_ut_utils") is not None:  # 0.5.18 on
         from sglang.test.layer_ut_utils import init_single_process_dist
 
         init_single_process_dist(master_port=port)
@@ -593,7 +589,7 @@ def _build_real_draft_model() -> dict:
             model.markov_head.markov_w2.weight.fill_(2.0)
         from sglang.srt.model_loader import loader
 
-        getattr(loader, "post_load_weights" if SGLANG_023 else "_post_load_weights")(model)
+        getattr(loader, POST_LOAD_WEIGHTS)(model)
         out["head_abs_sum_post_load"] = float(sum(p.abs().sum() for p in model.markov_head.parameters()))
         runtime = resolve_runtime_config(
             draft_hf_config=config, speculative_num_draft_tokens=6, target_vocab_size=256
@@ -682,7 +678,7 @@ def _prepared_server_args(target_dir: Path, draft: Path, *extra: str):
             *extra,
         ]
     )
-    if SGLANG_023:
+    if RESOLVE_ONCE:
         server_args.resolve_once()
     return server_args
 
@@ -803,8 +799,9 @@ def test_the_target_runners_markov_check_passes_for_a_mask_fill_head_only_the_te
     scheduler. The plan's head answers sglang's parse for the mask-fill DSpark route too."""
     monkeypatch.setenv(ENV_VAR, "dflash")  # the mask-fill route: DSPARK with sample_from_anchor=false
     draft = _tensors_only_head(tmp_path)
-    if not SGLANG_023:  # no mask-fill DSPARK layout: refused at argument resolution, never in a scheduler
-        with pytest.raises(ValueError, match="0.5.23"):
+    # no mask-fill DSPARK layout: refused at argument resolution, never in a scheduler
+    if not MASK_FILL_DSPARK:
+        with pytest.raises(ValueError, match="0.5.19"):
             _prepared_server_args(target_dir, draft)
         return
     out = _run_in_subprocess("_target_side_refusal_site", str(target_dir), str(draft))
@@ -852,7 +849,8 @@ def test_the_parse_hook_answers_only_for_the_served_draft_of_a_dspark_plan(tmp_p
     dflash = _served(tmp_path, "dspark_markov_rank0", env="dflash")  # served by DFLASH: nothing to report
     assert answer(dflash.draft, "dspark_markov_rank0", dflash) == (0, None)
     assert answer(plain.draft, "dspark_markov_rank0", None) == (0, None)  # a plain DSPARK launch
-    assert answer(gated.draft, "specforge_dspark", plain)[0] == (8 if SGLANG_023 else 0)  # not the draft
+    not_the_draft = answer(gated.draft, "specforge_dspark", plain)[0]
+    assert not_the_draft == (8 if NESTED_DFLASH_CONFIG else 0)  # sglang's own parse
     _publish(monkeypatch, None)
     assert (
         served_markov_after_parse(None, draft_hf_config=PretrainedConfig(_name_or_path=plain.draft)) is None
