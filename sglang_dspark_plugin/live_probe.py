@@ -1,9 +1,9 @@
-"""The live offset probe: ``check``'s offset probe (``engine.probe``) on the rounds a server runs.
+"""The live offset probe: ``check``'s offset probe (``offsets``) on the rounds a server runs.
 
 For a sample of verify rounds the probe keeps every draft with its position (draft j of a round
 anchored at p is for p+j); once the request has committed the tokens around them, it scores each draft
 against the committed token at its own position and both neighbours (offsets 0, +1, -1), as
-``engine.probe.ProbeCounts``. ``live_verdict.decide`` names the verdict once decisive: matched, drafts one
+``offsets.ProbeCounts``. ``live_verdict.decide`` names the verdict once decisive: matched, drafts one
 position late or early (with the harvest that fixes it), or no offset matches (no harvest to flip).
 
 Plain Python on the host, fed from what sglang already copied to the host per round (``verify_row``;

@@ -2,7 +2,7 @@
 
 ``decide`` names the offset the drafts match best once the counts are decisive (``DecisionRule``;
 docs/live-probe.md gives the measured rates behind its defaults), in the words of ``check``'s offline
-probe (``engine.probe``), with the harvest override when one fixes it.
+probe (``offsets``), with the harvest override when one fixes it.
 """
 
 from __future__ import annotations

@@ -15,7 +15,11 @@ from sglang_dspark_plugin.engine import (
     speculative_round,
 )
 from sglang_dspark_plugin.engine.drafter import DFlashDraftModel, new_draft_model
-from sglang_dspark_plugin.engine.probe import (
+from sglang_dspark_plugin.engine.spec_decode import _rejection_sample
+from sglang_dspark_plugin.errors import InvalidCheckpointError
+from sglang_dspark_plugin.geometry import RoundGeometry
+from sglang_dspark_plugin.harvest import DsparkHarvest
+from sglang_dspark_plugin.offsets import (
     ALIGNED,
     EARLY,
     INCONCLUSIVE,
@@ -25,10 +29,6 @@ from sglang_dspark_plugin.engine.probe import (
     probe_counts,
     verdict,
 )
-from sglang_dspark_plugin.engine.spec_decode import _rejection_sample
-from sglang_dspark_plugin.errors import InvalidCheckpointError
-from sglang_dspark_plugin.geometry import RoundGeometry
-from sglang_dspark_plugin.harvest import DsparkHarvest
 from sglang_dspark_plugin.telemetry import AcceptTelemetry, TelemetrySettings
 
 torch.set_num_threads(1)  # tiny models: extra threads only add synchronisation

@@ -7,7 +7,6 @@ import logging
 
 import pytest
 
-from sglang_dspark_plugin.engine.probe import ProbeCounts, ProbeRound, probe_counts
 from sglang_dspark_plugin.errors import GeometryError, ProbeMismatchError, SettingsError
 from sglang_dspark_plugin.harvest import DsparkHarvest
 from sglang_dspark_plugin.live_probe import (
@@ -20,6 +19,7 @@ from sglang_dspark_plugin.live_probe import (
 )
 from sglang_dspark_plugin.live_verdict import DecisionRule, decide
 from sglang_dspark_plugin.logsafe import EscapeAndBound
+from sglang_dspark_plugin.offsets import ProbeCounts, ProbeRound, probe_counts
 
 DFLASH, DSPARK = DsparkHarvest.DFLASH, DsparkHarvest.DSPARK
 EVERY_ROUND = ProbeSettings(rounds=10**9)

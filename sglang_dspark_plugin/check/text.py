@@ -24,7 +24,7 @@ COLUMNS = (
 
 def _short_verdict(verdict: str) -> str:
     # the table column is narrow: the probe's own verdicts, abbreviated
-    from ..engine.probe import ALIGNED, EARLY, INCONCLUSIVE, LATE
+    from ..offsets import ALIGNED, EARLY, INCONCLUSIVE, LATE
 
     short = {
         ALIGNED: "aligned",

@@ -6,9 +6,9 @@ checkpoint's weights, checked before and after they are read), ``markov`` the DS
 the checks that a drafter fits a target.
 """
 
+from ..offsets import ProbeResult, ProbeRound, offset_probe
 from .drafter import DFlashDraftModel, DraftCache, load_drafter, new_draft_model
 from .fit import FittedDrafter, TargetShape, check_engine_can_draft, check_fits, fit_drafter
-from .probe import ProbeResult, ProbeRound, offset_probe
 from .spec_decode import (
     DecodeState,
     Generation,

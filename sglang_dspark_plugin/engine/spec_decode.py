@@ -27,9 +27,9 @@ import torch
 
 from ..geometry import RoundGeometry
 from ..harvest import DsparkHarvest
+from ..offsets import ProbeRound
 from ..telemetry import AcceptTelemetry, TelemetrySettings
 from .markov import draft_block
-from .probe import ProbeRound
 
 QUIET = TelemetrySettings(accept_log_level=None, summary_every=0, alarm_threshold=0)
 """Engine telemetry records rounds for the caller and logs nothing (the check prints its own table)."""
