@@ -36,7 +36,7 @@ class Setting:
     """One ``MEMRA_DSPARK_*`` variable."""
 
     name: str
-    kind: str  # "choice", "word", "path", "level", "int" or "number"
+    kind: str  # "choice", "word", "flag", "path", "level", "int" or "number"
     default: Any
     accepted: str  # what the refusal and the docs list as accepted
     doc: str
@@ -63,6 +63,8 @@ class Setting:
     def default_text(self) -> str:
         if self.kind == "level":
             return "OFF" if self.default is None else logging.getLevelName(self.default)
+        if self.kind == "flag":
+            return "on" if self.default else "off"
         return "unset" if self.default is None else str(self.default)
 
 
@@ -118,6 +120,16 @@ def _word(setting: Setting, text: str) -> str | None:
     return word if text.isascii() and word in setting.words else None
 
 
+FLAG_WORDS = {
+    **dict.fromkeys(("1", "on", "true", "yes"), True),
+    **dict.fromkeys(("0", "off", "false", "no"), False),
+}
+
+
+def _flag(setting: Setting, text: str) -> bool | None:
+    return FLAG_WORDS.get(text.lower()) if text.isascii() else None
+
+
 def _path(setting: Setting, text: str) -> str | None:
     return text if text and text.isprintable() and len(text) <= 4096 else None
 
@@ -126,6 +138,7 @@ _PARSERS: dict[str, Callable[[Setting, str], Any]] = {
     "choice": _choice,
     "word": _word,
     "path": _path,
+    "flag": _flag,
     "level": _level,
     "int": _int,
     "number": _number,
@@ -233,6 +246,22 @@ ON_MISMATCH = Setting(
     "with it (canaries, staging)",
     words=("warn", "fail"),
 )
+HOST_TIMING = Setting(
+    "MEMRA_DSPARK_HOST_TIMING",
+    "flag",
+    False,
+    "1, 0, on, off, true, false, yes, no (ASCII, case-insensitive)",
+    "time the plugin's own host work per verify round and log it, as a fraction of the round time, "
+    "with every summary (docs/telemetry.md)",
+)
+SYNC_DEBUG = Setting(
+    "MEMRA_DSPARK_SYNC_DEBUG",
+    "flag",
+    False,
+    "1, 0, on, off, true, false, yes, no (ASCII, case-insensitive)",
+    "run the plugin's per-round work under torch.cuda.set_sync_debug_mode('error'), so a device "
+    "synchronisation it adds fails loudly (validation runs; no effect without CUDA)",
+)
 
 SETTINGS: tuple[Setting, ...] = (
     HARVEST,
@@ -246,6 +275,8 @@ SETTINGS: tuple[Setting, ...] = (
     PROBE_ROUNDS,
     PROBE_EVERY,
     ON_MISMATCH,
+    HOST_TIMING,
+    SYNC_DEBUG,
 )
 """Every ``MEMRA_DSPARK_*`` variable the package reads."""
 BY_NAME = {s.name: s for s in SETTINGS}
@@ -281,6 +312,8 @@ __all__ = [
     "PROBE_ROUNDS",
     "PROBE_EVERY",
     "ON_MISMATCH",
+    "HOST_TIMING",
+    "SYNC_DEBUG",
     "read_setting",
     "settings_table",
 ]

@@ -43,6 +43,9 @@ def test_the_docs_hold_the_generated_table() -> None:
         ("MEMRA_DSPARK_PROBE_ROUNDS", "0", 0),
         ("MEMRA_DSPARK_PROBE_EVERY", "OFF", 0),
         ("MEMRA_DSPARK_ON_MISMATCH", " Fail ", "fail"),
+        ("MEMRA_DSPARK_HOST_TIMING", "On", True),
+        ("MEMRA_DSPARK_HOST_TIMING", "1", True),
+        ("MEMRA_DSPARK_SYNC_DEBUG", " no ", False),
     ],
 )
 def test_accepted_values(name: str, raw: str, value: object) -> None:
@@ -69,6 +72,8 @@ def test_accepted_values(name: str, raw: str, value: object) -> None:
         ("MEMRA_DSPARK_PROBE_ROUNDS", "off"),  # OFF is not a count of rounds
         ("MEMRA_DSPARK_ON_MISMATCH", "abort"),
         ("MEMRA_DSPARK_ON_MISMATCH", "fa\u0131l"),  # a dotless i: not ASCII
+        ("MEMRA_DSPARK_HOST_TIMING", "2"),
+        ("MEMRA_DSPARK_SYNC_DEBUG", "enabled"),
     ],
 )
 def test_refused_values_name_the_variable(name: str, raw: str) -> None:
@@ -92,6 +97,8 @@ def test_unset_gives_the_default() -> None:
         {"alarm_threshold": True},
         {"record_capacity": 10**9},
         {"accept_log_level": "INFO"},
+        {"host_timing": 1},
+        {"sync_debug": "yes"},
     ],
 )
 def test_telemetry_settings_refuse_wrong_types_and_sizes(field: dict) -> None:

@@ -37,6 +37,28 @@ from .resolution import announce, optional_arg, read_arg, require_plan
 if TYPE_CHECKING:
     from ..telemetry import AcceptTelemetry
 
+NO_WORK = contextlib.nullcontext()
+"""``dspark_work`` when neither host timing nor the sync debug mode is on: nothing per round."""
+
+
+def plugin_work(settings: Any, every: int, dp_tag: str = "") -> Any:
+    """What the worker enters around its per-round work: ``NO_WORK``, or a ``PluginWork`` that times
+    it (``MEMRA_DSPARK_HOST_TIMING``) and, on a CUDA device, runs it under the sync debug mode "error"
+    (``MEMRA_DSPARK_SYNC_DEBUG``)."""
+    from ..telemetry import HostCost, PluginWork
+
+    sync_mode = None
+    if settings.sync_debug:
+        import torch
+
+        if torch.cuda.is_available():
+            sync_mode = (torch.cuda.get_sync_debug_mode, torch.cuda.set_sync_debug_mode)
+        else:
+            logger.info("DSPARK_HARVEST: MEMRA_DSPARK_SYNC_DEBUG is on but there is no CUDA device: no check")
+    cost = HostCost(every, dp_tag=dp_tag) if settings.host_timing else None
+    return NO_WORK if cost is None and sync_mode is None else PluginWork(cost, sync_mode)
+
+
 logger = safe_logger("sglang_dspark_plugin.sglang_plugin")
 
 WORKER_CONTRACT: list[tuple[str, str, tuple[str, ...] | None]] = [
@@ -141,6 +163,7 @@ class _HarvestWorkerMixin:
     dspark_plan: ServePlan | None = None
     dspark_telemetry: AcceptTelemetry | None = None
     dspark_probe: LiveProbe | None = None
+    dspark_work: Any = NO_WORK  # entered around the plugin's per-round work (``plugin_work``)
 
     def _dspark_harvest_init(self, server_args: Any) -> ServePlan:
         plan = require_plan(server_args, type(self).__name__)
@@ -178,6 +201,7 @@ class _HarvestWorkerMixin:
         watches, dp_rank = telemetry_placement(attention_ranks(tp_rank))
         if not watches:
             self.dspark_telemetry = self.dspark_probe = None
+            self.dspark_work = NO_WORK
             return
         # The startup line and manifest in the scheduler too: sglang 0.5.17 resolves its arguments
         # before the launcher configures logging, so the launcher's INFO lines can be lost.
@@ -190,6 +214,8 @@ class _HarvestWorkerMixin:
         dp_tag = "" if dp_rank is None else f" dp={dp_rank}"
         self.dspark_probe = LiveProbe(plan.harvest, plan.request.probe, dp_tag=dp_tag)
         self.dspark_telemetry.alarm.probe = self.dspark_probe  # the alarm and the summary state its verdict
+        settings = plan.request.telemetry
+        self.dspark_work = plugin_work(settings, settings.summary_every or 100, dp_tag)
         logger.info(
             "DSPARK_HARVEST worker %s%s: harvest=%s (%s), block_size=%d, gamma=%d, verify_window=%d, "
             "harvested rows %s",
@@ -212,6 +238,13 @@ class _HarvestWorkerMixin:
         probe, telemetry = self.dspark_probe, self.dspark_telemetry
         if probe is None or telemetry is None:
             return
+        with self.dspark_work:
+            self._dspark_probe_round(probe, telemetry, committed, result, batch, live)
+
+    @staticmethod
+    def _dspark_probe_round(
+        probe: LiveProbe, telemetry: AcceptTelemetry, committed: Any, result: Any, batch: Any, live: Any
+    ) -> None:
         sampled = probe.begin_round(alarm_low=telemetry.alarm.low())
         if probe.busy:
             requests = [(r.rid, r.output_ids, keep) for r, keep in zip(batch.reqs, live, strict=True)]
@@ -239,12 +272,16 @@ class _HarvestWorkerMixin:
         telemetry = self.dspark_telemetry
         if telemetry is None:
             return
-        live, self.dspark_live_mask = self.dspark_live_mask, None
-        values = num_correct_drafts_per_req
-        if live is not None and len(live) == len(values) and not all(live):
-            values = [v for v, keep in zip(values, live, strict=True) if keep]
-        if values:
-            telemetry.on_verify_complete(values)
+        work = self.dspark_work
+        with work:
+            live, self.dspark_live_mask = self.dspark_live_mask, None
+            values = num_correct_drafts_per_req
+            if live is not None and len(live) == len(values) and not all(live):
+                values = [v for v, keep in zip(values, live, strict=True) if keep]
+            if values:
+                telemetry.on_verify_complete(values)
+        if work is not NO_WORK:
+            work.end_round()
 
 
 # ------------------------------------------------------------------ the arms

@@ -14,6 +14,9 @@ One idea per module:
 * ``settings``: ``TelemetrySettings`` and the ``MEMRA_DSPARK_*`` variables it is read from;
 * ``logline``: the per-round ``LogRecord``, built without ``Logger.log``'s per-call work (about 5 us
   a round, measured by ``scripts/bench_telemetry.py``);
+* ``hostcost``: ``HostCost`` and ``PluginWork``, the plugin's own host time per round as a fraction
+  of the round (``MEMRA_DSPARK_HOST_TIMING``) and CUDA's sync debug mode around it
+  (``MEMRA_DSPARK_SYNC_DEBUG``);
 * ``accept``: ``AcceptTelemetry``, whose ``on_verify_complete`` runs a round through them in turn and
   writes the lines; what it counted is read from its ``counts`` and ``alarm``.
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 from .accept import AcceptTelemetry
 from .alarm import Alarm, RollingAlarm
 from .counts import ACCEPT_LENGTH_DEFINITION, AcceptCounts, RoundRecord
+from .hostcost import HostCost, PluginWork
 from .metrics import PrometheusMetrics
 from .settings import ACCEPT_LOGGER, TelemetrySettings
 
@@ -34,6 +38,8 @@ __all__ = [
     "AcceptCounts",
     "AcceptTelemetry",
     "Alarm",
+    "HostCost",
+    "PluginWork",
     "PrometheusMetrics",
     "RollingAlarm",
     "RoundRecord",

@@ -51,6 +51,8 @@ class TelemetrySettings:
     alarm_warmup: int = DEFAULT_ALARM_WARMUP  # rounds ignored before the rolling window starts
     alarm_window: int = DEFAULT_ALARM_WINDOW  # rolling window in rounds; at most one alarm per window
     record_capacity: int = DEFAULT_RECORD_CAPACITY  # round records kept (a ring buffer)
+    host_timing: bool = False  # time the plugin's own host work per round (``HostCost``)
+    sync_debug: bool = False  # the plugin's per-round work under CUDA's sync debug mode "error"
 
     def __post_init__(self) -> None:
         threshold = self.alarm_threshold
@@ -76,6 +78,8 @@ class TelemetrySettings:
                 _int_field(self.record_capacity, 1, MAX_RECORD_CAPACITY),
                 f"an integer 1..{MAX_RECORD_CAPACITY}",
             ),
+            ("host_timing", isinstance(self.host_timing, bool), "True or False"),
+            ("sync_debug", isinstance(self.sync_debug, bool), "True or False"),
         )
         for name, ok, expected in checks:
             if not ok:
@@ -98,6 +102,8 @@ class TelemetrySettings:
             "alarm_threshold": table.ALARM_THRESHOLD,
             "alarm_warmup": table.ALARM_WARMUP,
             "alarm_window": table.ALARM_WINDOW,
+            "host_timing": table.HOST_TIMING,
+            "sync_debug": table.SYNC_DEBUG,
         }
         return cls(**{field: table.read_setting(v.name, environ) for field, v in variables.items()})
 
@@ -110,6 +116,8 @@ class TelemetrySettings:
             "alarm_warmup": self.alarm_warmup,
             "alarm_window": self.alarm_window,
             "record_capacity": self.record_capacity,
+            "host_timing": self.host_timing,
+            "sync_debug": self.sync_debug,
         }
 
 

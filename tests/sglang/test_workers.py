@@ -8,6 +8,7 @@ through sglang's model registry, the per-round telemetry hook and the rank-agree
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import inspect
 import logging
@@ -47,6 +48,7 @@ from sglang_dspark_plugin.serving.refusals import check_servable
 from sglang_dspark_plugin.sglang_plugin import resolution, workers
 from sglang_dspark_plugin.sglang_plugin.draft_model import DraftRoute
 from sglang_dspark_plugin.sglang_plugin.workers import (
+    NO_WORK,
     HarvestDFlashWorker,
     HarvestDSparkDraftModel,
     HarvestDSparkWorker,
@@ -449,6 +451,62 @@ def test_enable_metrics_attaches_prometheus_counters(tmp_path):
     assert worker.dspark_telemetry.metrics is not None
     worker.on_verify_complete_cpu([4, 0], batch_size=2)
     assert worker.dspark_telemetry.counts.accepted_drafts == 4
+
+
+def _timed_plan(tmp_path: Path, **settings: bool) -> ServePlan:
+    """A plan whose launch set MEMRA_DSPARK_HOST_TIMING / MEMRA_DSPARK_SYNC_DEBUG (``settings``)."""
+    plan = _served(tmp_path, "dspark_markov_rank0")
+    request = dataclasses.replace(
+        plan.request, telemetry=dataclasses.replace(plan.request.telemetry, summary_every=2, **settings)
+    )
+    return dataclasses.replace(plan, request=request)
+
+
+def test_plugin_work_is_nothing_unless_asked_for(tmp_path):
+    worker = object.__new__(HarvestDSparkWorker)
+    worker._dspark_attach(_served(tmp_path, "dspark_markov_rank0"), tp_rank=0)
+    assert worker.dspark_work is NO_WORK
+
+
+def test_host_timing_times_the_plugin_work_of_every_round(tmp_path, caplog):
+    worker = object.__new__(HarvestDSparkWorker)
+    worker._dspark_attach(_timed_plan(tmp_path, host_timing=True), tp_rank=0)
+    cost = worker.dspark_work.cost
+    with caplog.at_level(logging.INFO, logger=ACCEPT_LOGGER):
+        for _ in range(4):
+            worker.on_verify_complete_cpu([1, 2], batch_size=2)
+    assert cost.total_rounds == 4 and cost.last is not None
+    assert cost.last["plugin_us_per_round"] > 0 and cost.last["round_us_median"] > 0
+    lines = [r.getMessage() for r in caplog.records if "dspark host cost" in r.getMessage()]
+    assert len(lines) == 2 and lines[0].startswith("dspark host cost rounds=2 plugin_us_per_round=")
+
+
+def test_sync_debug_wraps_the_plugin_work_in_the_error_mode(tmp_path, monkeypatch):
+    import torch
+
+    modes = ["default"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: modes[-1])
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", modes.append)
+    worker = object.__new__(HarvestDSparkWorker)
+    worker._dspark_attach(_timed_plan(tmp_path, sync_debug=True), tp_rank=0)
+    seen = []
+    telemetry = worker.dspark_telemetry
+    original = telemetry.on_verify_complete
+    monkeypatch.setattr(telemetry, "on_verify_complete", lambda v: (seen.append(modes[-1]), original(v)))
+    worker.on_verify_complete_cpu([1], batch_size=1)
+    assert seen == ["error"] and modes == ["default", "error", "default"]  # restored after the round
+
+
+def test_sync_debug_without_cuda_checks_nothing_and_says_so(tmp_path, caplog, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    worker = object.__new__(HarvestDSparkWorker)
+    with caplog.at_level(logging.INFO, logger="sglang_dspark_plugin.sglang_plugin"):
+        worker._dspark_attach(_timed_plan(tmp_path, sync_debug=True), tp_rank=0)
+    assert worker.dspark_work is NO_WORK
+    assert any("no CUDA device" in r.getMessage() for r in caplog.records)
 
 
 # ------------------------------------------------------------------ rank agreement and arm checks
