@@ -2,21 +2,29 @@
 """Validate DSPARK_HARVEST on serving hardware against sglang's own algorithms.
 
 For a GPU machine with sglang and this package installed, and a real target + DFlash-family drafter.
-It launches sglang once per configuration, sends the same prompts at temperature 0, and reports:
+It launches sglang once per configuration (``scripts/validate_deployment.py`` has the runs and the
+checks), sends the same prompts at temperature 0, each alone and then all at once, and passes when:
 
-* exactness: every configuration's outputs equal the no-speculation outputs (greedy is lossless);
-* the dflash arm (``MEMRA_DSPARK_HARVEST=dflash``) is identical to the builtin ``DFLASH``: same tokens
-  and the same accept lengths;
-* accept lengths per configuration: from the plugin's ``sglang_dspark_plugin.accept`` log lines, from
-  ``/get_server_info`` (``avg_spec_accept_length``) and from each response's ``meta_info``;
-* the alarm: forcing the arm the census did not choose raises the plugin's accept-length ALARM, and the
-  matched arm does not.
+* each harvest arm of ``DSPARK_HARVEST`` serves exactly as the builtin that serves it (the builtin,
+  verify window and gamma flag the plugin's own plan names: DFLASH, DSPARK, or DSPARK with
+  ``sample_from_anchor`` false for a mask-fill DSpark drafter): the same tokens alone and batched, the
+  same verify rounds and accept lengths per request; an arm the plan refuses is refused by the server;
+* the plugin's per-round log agrees with sglang's ``meta_info`` (rounds and tokens per request);
+* the census's arm resolves; the matched arm raises no accept-length ALARM and its live probe says
+  matched, the forced other arm raises it and its probe names the census's arm;
+* every plugin run ran with ``MEMRA_DSPARK_SYNC_DEBUG`` (on CUDA, a device synchronisation the plugin
+  adds stops the run) and ``MEMRA_DSPARK_HOST_TIMING`` (its host time per round goes in the report).
 
-Configurations: ``baseline`` (no speculation), ``builtin-DFLASH`` (and ``builtin-DSPARK`` with
-``--builtins DFLASH,DSPARK``), ``plugin-auto`` (census decides), ``plugin-dflash``, ``plugin-dspark``.
+Exactness against the run without speculation is reported as information (identical requests and the
+mean common-prefix fraction): sglang does not promise bit-identical bf16 greedy output across its
+verify and decode kernels, even for its builtin algorithms.
 
     python scripts/gpu_validate.py --model-path TARGET --draft DRAFT --out report.json
     python scripts/gpu_validate.py --model-path TARGET --draft DRAFT --dry-run   # print the commands
+
+``--cpu-harness`` runs the same on this machine's CPU with the test suite's CPU patches
+(``tests/sglang/cpu_support``) and CPU engine arguments, so the script's logic runs in CI (tests/sglang/
+test_gpu_validate_cpu.py); only the CUDA-specific parts (graphs, kernels, the sync debug mode) need a GPU.
 
 ``--embedded`` runs instead the served cases of the CPU test suite (``scripts/served_cases.py``, the one
 definition both read) on the package's embedded tiny models, without the CPU patches: the same runs,
@@ -33,7 +41,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shlex
 import signal
 import subprocess
@@ -41,7 +48,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,87 +62,6 @@ DEFAULT_PROMPTS = (
     "Translate to French: 'The weather is nice today, so we will walk to the market.'",
     "Summarize the rules of chess in ten bullet points.",
 )
-
-ACCEPT_ROUND = re.compile(r"dspark accept round=(\d+) bs=(\d+) accept_len=\[([0-9,]*)\]")
-ACCEPT_SUMMARY = re.compile(r"dspark accept summary .*?mean_accept_len=([0-9.]+|n/a)")
-ALARM = "dspark accept ALARM"
-STARTUP = re.compile(r"DSPARK_HARVEST: harvest=(dflash|dspark)")
-
-
-@dataclass
-class RunSpec:
-    """One server configuration."""
-
-    name: str
-    spec_args: list[str]
-    env: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def plugin(self) -> bool:
-        return self.name.startswith("plugin-")
-
-
-@dataclass
-class RunResult:
-    """What one configuration produced."""
-
-    name: str
-    outputs: list[str] = field(default_factory=list)
-    output_ids: list[list[int] | None] = field(default_factory=list)
-    meta_accept_lengths: list[float | None] = field(default_factory=list)
-    server_info_accept_length: float | None = None
-    log_accept_length: float | None = None
-    log_rounds: int = 0
-    log_summary_accept_length: float | None = None
-    alarms: int = 0
-    startup_harvest: str | None = None
-    error: str | None = None
-
-
-def build_runs(builtins: list[str]) -> list[RunSpec]:
-    """The configurations, in launch order."""
-    runs = [RunSpec("baseline", [])]
-    for name in builtins:
-        runs.append(RunSpec(f"builtin-{name}", ["--speculative-algorithm", name]))
-    plugin = ["--speculative-algorithm", "DSPARK_HARVEST"]
-    runs.append(RunSpec("plugin-auto", list(plugin)))
-    runs.append(RunSpec("plugin-dflash", list(plugin), {"MEMRA_DSPARK_HARVEST": "dflash"}))
-    runs.append(RunSpec("plugin-dspark", list(plugin), {"MEMRA_DSPARK_HARVEST": "dspark"}))
-    return runs
-
-
-def server_command(args: argparse.Namespace, run: RunSpec) -> list[str]:
-    """The ``launch_server`` command line of one configuration."""
-    cmd = [
-        args.python,
-        "-m",
-        "sglang.launch_server",
-        "--model-path",
-        args.model_path,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(args.port),
-        "--tp-size",
-        str(args.tp_size),
-        "--log-level",
-        "info",
-    ]
-    if run.spec_args:
-        cmd += [*run.spec_args, "--speculative-draft-model-path", args.draft]
-    cmd += shlex.split(args.extra_args)
-    return cmd
-
-
-def run_env(args: argparse.Namespace, run: RunSpec) -> dict[str, str]:
-    """Environment overrides of one configuration (forced arm, a short alarm warm-up/window)."""
-    env = {"MEMRA_DSPARK_HARVEST": ""} if run.plugin else {}
-    env.update(run.env)
-    if run.plugin:
-        env["MEMRA_DSPARK_ALARM_WARMUP"] = str(args.alarm_warmup)
-        env["MEMRA_DSPARK_ALARM_WINDOW"] = str(args.alarm_window)
-        env["MEMRA_DSPARK_MANIFEST"] = str(Path(args.workdir) / f"{run.name}.manifest.json")
-    return env
 
 
 def census_arm(draft: str) -> tuple[str | None, str]:
@@ -201,20 +126,6 @@ def stop_server(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
-def parse_log(text: str, result: RunResult) -> None:
-    """Accept lengths, summaries, alarms and the resolved harvest from a server log."""
-    lengths: list[int] = []
-    for match in ACCEPT_ROUND.finditer(text):
-        result.log_rounds += 1
-        lengths += [int(x) for x in match.group(3).split(",") if x]
-    result.log_accept_length = sum(lengths) / len(lengths) if lengths else None
-    summaries = [m.group(1) for m in ACCEPT_SUMMARY.finditer(text) if m.group(1) != "n/a"]
-    result.log_summary_accept_length = float(summaries[-1]) if summaries else None
-    result.alarms = text.count(ALARM)
-    startup = STARTUP.search(text)
-    result.startup_harvest = startup.group(1) if startup else None
-
-
 def server_accept_length(info: Any) -> float | None:
     """``avg_spec_accept_length`` from /get_server_info (top level or in internal_states)."""
     if not isinstance(info, dict):
@@ -227,118 +138,12 @@ def server_accept_length(info: Any) -> float | None:
     return None
 
 
-def execute(args: argparse.Namespace, run: RunSpec, prompts: list[str]) -> RunResult:
-    """Launch one configuration, send the prompts, collect everything, stop the server."""
-    result = RunResult(run.name)
-    log_path = Path(args.workdir) / f"{run.name}.log"
-    env = {**os.environ, **run_env(args, run)}
-    if env.get("MEMRA_DSPARK_HARVEST") == "":
-        del env["MEMRA_DSPARK_HARVEST"]  # auto: unset, so the census decides
-    base = f"http://127.0.0.1:{args.port}"
-    with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.Popen(
-            server_command(args, run), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-        try:
-            wait_ready(base, proc, args.startup_timeout)
-            for prompt in prompts:
-                out = _http(
-                    f"{base}/generate",
-                    {
-                        "text": prompt,
-                        "sampling_params": {"temperature": 0, "max_new_tokens": args.max_new_tokens},
-                    },
-                )
-                meta = out.get("meta_info", {}) if isinstance(out, dict) else {}
-                result.outputs.append(out.get("text", "") if isinstance(out, dict) else "")
-                result.output_ids.append(out.get("output_ids") if isinstance(out, dict) else None)
-                result.meta_accept_lengths.append(meta.get("spec_accept_length"))
-            result.server_info_accept_length = server_accept_length(_http(f"{base}/get_server_info"))
-        except Exception as err:  # noqa: BLE001 - one failed configuration is reported, not fatal
-            result.error = f"{type(err).__name__}: {err} (log: {log_path})"
-        finally:
-            stop_server(proc)
-    parse_log(log_path.read_text(encoding="utf-8", errors="replace"), result)
-    return result
-
-
-def _same_tokens(a: RunResult, b: RunResult) -> bool:
-    if a.error or b.error or len(a.outputs) != len(b.outputs):
-        return False
-    if all(x is not None for x in a.output_ids + b.output_ids):
-        return a.output_ids == b.output_ids
-    return a.outputs == b.outputs
-
-
-def evaluate(results: dict[str, RunResult], arm: str | None) -> dict[str, Any]:
-    """The checks, each ``{"ok": bool, ...}``."""
-    checks: dict[str, Any] = {}
-    base = results.get("baseline")
-    for name, res in results.items():
-        if name == "baseline":
-            continue
-        checks[f"exact[{name}]"] = {"ok": base is not None and _same_tokens(res, base)}
-    builtin, forced = results.get("builtin-DFLASH"), results.get("plugin-dflash")
-    if builtin is not None and forced is not None:
-        same_accept = builtin.meta_accept_lengths == forced.meta_accept_lengths and (
-            builtin.server_info_accept_length == forced.server_info_accept_length
-        )
-        checks["dflash_arm_identical_to_builtin_DFLASH"] = {
-            "ok": _same_tokens(builtin, forced) and same_accept,
-            "tokens_equal": _same_tokens(builtin, forced),
-            "accept_lengths_equal": same_accept,
-        }
-    if arm is not None:
-        wrong = "dspark" if arm == "dflash" else "dflash"
-        matched, mismatched = results.get(f"plugin-{arm}"), results.get(f"plugin-{wrong}")
-        if matched is not None and mismatched is not None:
-            checks["alarm_on_forced_wrong_arm"] = {
-                "ok": mismatched.alarms > 0 and matched.alarms == 0,
-                "census_arm": arm,
-                "alarms_matched": matched.alarms,
-                "alarms_mismatched": mismatched.alarms,
-            }
-        auto = results.get("plugin-auto")
-        if auto is not None:
-            checks["auto_resolves_census_arm"] = {
-                "ok": auto.startup_harvest == arm,
-                "seen": auto.startup_harvest,
-            }
-    for name, res in results.items():
-        if res.error:
-            checks[f"ran[{name}]"] = {"ok": False, "error": res.error}
-    return checks
-
-
-def accept_table(results: dict[str, RunResult]) -> list[dict[str, Any]]:
-    rows = []
-    for res in results.values():
-        metas = [m for m in res.meta_accept_lengths if isinstance(m, (int, float))]
-        rows.append(
-            {
-                "run": res.name,
-                "plugin_log_accept_len": res.log_accept_length,
-                "plugin_log_rounds": res.log_rounds,
-                "plugin_summary_accept_len": res.log_summary_accept_length,
-                "server_info_accept_len": res.server_info_accept_length,
-                "meta_info_accept_len": sum(metas) / len(metas) if metas else None,
-                "alarms": res.alarms,
-                "harvest": res.startup_harvest,
-            }
-        )
-    return rows
-
-
-def _fmt(x: Any) -> str:
-    return "-" if x is None else (f"{x:.3f}" if isinstance(x, float) else str(x))
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--embedded", action="store_true", help="run the served cases on the embedded models")
+    p.add_argument("--cpu-harness", action="store_true", help="serve on CPU with the test suite's patches")
     p.add_argument("--model-path", help="target model (local folder or hub id)")
     p.add_argument("--draft", help="DFlash-family draft checkpoint")
-    p.add_argument("--builtins", default="DFLASH", help="builtin algorithms to compare, e.g. DFLASH,DSPARK")
     p.add_argument("--prompts", default=None, help="file: one prompt per line, or JSON lines")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--port", type=int, default=30000)
@@ -354,11 +159,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if not args.embedded and not (args.model_path and args.draft):
         p.error("--model-path and --draft are required (or --embedded for the served cases)")
-    builtins = [b.strip().upper() for b in args.builtins.split(",") if b.strip()]
-    unknown = sorted(set(builtins) - {"DFLASH", "DSPARK"})
-    if unknown:
-        p.error(f"--builtins {args.builtins!r}: unknown {unknown}; accepted: DFLASH, DSPARK")
-    args.builtin_list = builtins
+    if args.embedded and args.cpu_harness:
+        p.error(
+            "--cpu-harness validates a deployment (--model-path, --draft); "
+            "the CPU suite runs the embedded cases"
+        )
     return args
 
 
@@ -414,29 +219,37 @@ def serve_outcome(
     name: str,
     cmd: list[str],
     env: dict[str, str],
-    prompts: list[list[int]],
+    prompts: list[Any],
     concurrent: bool,
+    key: str = "input_ids",
+    params: dict[str, Any] | None = None,
+    base_env: dict[str, str] | None = None,
 ) -> Any:
-    """Launch, send every prompt alone (then all at once when ``concurrent``), stop: an Outcome."""
+    """Launch, send every prompt alone (then all at once when ``concurrent``), stop: an Outcome.
+
+    ``prompts`` are token ids (``key`` "input_ids") or texts (``key`` "text"); ``env`` goes over
+    ``base_env`` (default: this process's environment)."""
     import served_cases as sc
 
     log_path = Path(args.workdir) / f"{name.replace('/', '_')}.log"
-    params = {"temperature": 0, "max_new_tokens": sc.MAX_NEW_TOKENS, "ignore_eos": True}
+    params = params or {"temperature": 0, "max_new_tokens": sc.MAX_NEW_TOKENS, "ignore_eos": True}
     base = f"http://127.0.0.1:{args.port}"
     outcome = sc.Outcome(outputs=[], metas=[], log="")
+    environment = {**(os.environ if base_env is None else base_env), **env}
     with open(log_path, "w", encoding="utf-8") as log:
         proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env}, start_new_session=True
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=environment, start_new_session=True
         )
         try:
             wait_ready(base, proc, args.startup_timeout)
-            for ids in prompts:
-                out = _http(f"{base}/generate", {"input_ids": ids, "sampling_params": params})
+            for prompt in prompts:
+                out = _http(f"{base}/generate", {key: prompt, "sampling_params": params})
                 outcome.outputs.append(out["output_ids"])
                 outcome.metas.append(out["meta_info"])
+            outcome.server_info_accept_length = server_accept_length(_http(f"{base}/get_server_info"))
             if concurrent:
                 batch = prompts[: sc.CONCURRENT_REQUESTS]
-                outs = _http(f"{base}/generate", {"input_ids": batch, "sampling_params": params})
+                outs = _http(f"{base}/generate", {key: batch, "sampling_params": params})
                 outcome.concurrent_outputs = [o["output_ids"] for o in outs]
                 outcome.concurrent_metas = [o["meta_info"] for o in outs]
         finally:
@@ -526,47 +339,121 @@ def case_checks(
     return [c for n in case.runs for c in sc.check_concurrent(got[n], greedy)]
 
 
+# ---------------------------------------------------------------- a deployment: target + drafter
+
+
+def cpu_harness() -> tuple[dict[str, str], list[str]]:
+    """The CPU patches' environment and the CPU engine's launch flags, as the served tests use them."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "sglang"))
+    from served import CPU_ENGINE_ARGS, cpu_env
+
+    flags = []
+    for key, value in CPU_ENGINE_ARGS.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            flags.append(flag)
+        elif key not in ("log_level", "random_seed"):
+            flags += [flag, str(value)]
+    return cpu_env(), flags
+
+
+def server_command(args: argparse.Namespace, run: Any, cpu_flags: list[str]) -> list[str]:
+    """The ``launch_server`` command line of one configuration."""
+    cmd = [args.python, "-m", "sglang.launch_server", "--model-path", args.model_path]
+    cmd += ["--host", "127.0.0.1", "--port", str(args.port), "--tp-size", str(args.tp_size)]
+    # no warm-up request: its verify rounds would sit in the plugin's log before the validation's own
+    cmd += ["--log-level", "info", "--skip-server-warmup", *cpu_flags]
+    if run.spec_args:
+        cmd += [*run.spec_args, "--speculative-draft-model-path", args.draft]
+    return cmd + shlex.split(args.extra_args)
+
+
+def run_env(args: argparse.Namespace, run: Any) -> dict[str, str | None]:
+    """Environment changes of one configuration (None: unset); plugin runs get a short alarm
+    warm-up/window and write their manifest into the work folder."""
+    env = dict(run.env)
+    if run.plugin:
+        env["MEMRA_DSPARK_ALARM_WARMUP"] = str(args.alarm_warmup)
+        env["MEMRA_DSPARK_ALARM_WINDOW"] = str(args.alarm_window)
+        env["MEMRA_DSPARK_MANIFEST"] = str(Path(args.workdir) / f"{run.name}.manifest.json")
+    return env
+
+
+def _dry_run(args: argparse.Namespace, runs: list[Any], arm: str | None, why: str, version: str) -> int:
+    print(f"# census arm of {args.draft}: {arm or 'unknown (' + why + ')'}")
+    print(f"# sglang {version}; temperature 0, max_new_tokens {args.max_new_tokens}")
+    for run in runs:
+        env = run_env(args, run)
+        unset = [f"-u {k}" for k, v in sorted(env.items()) if v is None]  # env wants -u first
+        assign = [f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()) if v is not None]
+        prefix = f"env {' '.join(unset + assign)} " if env else ""
+        print(f"# {run.name}" + (f" (the plan refuses it: {run.refusal[:120]})" if run.refusal else ""))
+        print(prefix + shlex.join(server_command(args, run, [])))
+    return 0
+
+
+def validate_deployment(args: argparse.Namespace) -> tuple[int, dict[str, Any], list[Any], dict[str, Any]]:
+    """Every configuration served, checked and reported: (exit status, report, runs, results)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import validate_deployment as vd
+
+    arm, why = census_arm(args.draft)
+    version = server_sglang_version(args.python)
+    runs = vd.build_runs(args.draft, args.model_path, args.extra_args, arm, version or vd.ASSUMED_VERSION)
+    prompts = load_prompts(args.prompts)
+    if args.dry_run:
+        return (
+            _dry_run(args, runs, arm, why, version or f"not installed: planned for {vd.ASSUMED_VERSION}"),
+            {},
+            runs,
+            {},
+        )
+    base_env, cpu_flags = cpu_harness() if args.cpu_harness else (dict(os.environ), [])
+    Path(args.workdir).mkdir(parents=True, exist_ok=True)
+    params = {"temperature": 0, "max_new_tokens": args.max_new_tokens}
+    results: dict[str, Any] = {}
+    for run in runs:
+        print(f"[gpu_validate] {run.name}: launching", flush=True)
+        env = {**base_env, **{k: v for k, v in run_env(args, run).items() if v is not None}}
+        for name, value in run_env(args, run).items():
+            if value is None:
+                env.pop(name, None)
+        try:
+            out = serve_outcome(
+                args, run.name, server_command(args, run, cpu_flags), {}, prompts, True, "text", params, env
+            )
+            results[run.name] = vd.Served(out, out.log)
+        except Exception as err:  # noqa: BLE001 - one failed configuration is reported, not fatal
+            log = (Path(args.workdir) / f"{run.name}.log").read_text(encoding="utf-8", errors="replace")
+            results[run.name] = vd.Served(None, log, f"{type(err).__name__}: {err}")
+        print(f"[gpu_validate] {run.name}: {results[run.name].error or 'served'}", flush=True)
+    checks = vd.evaluate(runs, results, arm)
+    report = {
+        "sglang": version,
+        "census_arm": arm,
+        "prompts": len(prompts),
+        "cpu_harness": bool(args.cpu_harness),
+        "runs": [
+            {"name": r.name, "arm": r.arm, "args": r.spec_args, "refused_by_plan": r.refusal} for r in runs
+        ],
+        "checks": [{"check": c.name, "ok": c.ok, "detail": c.detail} for c in checks],
+        "accept_lengths": vd.accept_table(runs, results),
+        "information": vd.information(runs, results),
+    }
+    for c in checks:
+        print(f"{'PASS' if c.ok else 'FAIL'} {c.name}" + ("" if c.ok or not c.detail else f" ({c.detail})"))
+    print(json.dumps(report["information"], indent=1))
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    code = 0 if checks and all(c.ok for c in checks) else 1
+    return code, report, runs, results
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.embedded:
         return run_embedded(args)
-    runs = build_runs(args.builtin_list)
-    arm, why = census_arm(args.draft)
-    prompts = load_prompts(args.prompts)
-    if args.dry_run:
-        print(f"# census arm of {args.draft}: {arm or 'unknown (' + why + ')'}")
-        print(f"# {len(prompts)} prompts, temperature 0, max_new_tokens {args.max_new_tokens}")
-        for run in runs:
-            env = run_env(args, run)
-            unset = [f"-u {k}" for k, v in sorted(env.items()) if not v]  # env wants -u first
-            assign = [f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()) if v]
-            prefix = f"env {' '.join(unset + assign)} " if env else ""
-            print(f"# {run.name}")
-            print(prefix + shlex.join(server_command(args, run)))
-        return 0
-
-    Path(args.workdir).mkdir(parents=True, exist_ok=True)
-    results: dict[str, RunResult] = {}
-    for run in runs:
-        print(f"[gpu_validate] {run.name}: launching", flush=True)
-        results[run.name] = execute(args, run, prompts)
-        status = results[run.name].error or "ok"
-        print(f"[gpu_validate] {run.name}: {status}", flush=True)
-    checks = evaluate(results, arm)
-    table = accept_table(results)
-    report = {"census_arm": arm, "checks": checks, "accept_lengths": table, "prompts": len(prompts)}
-    print(f"{'run':16} {'plugin log':>10} {'summary':>8} {'server':>8} {'meta':>8} {'alarms':>6}")
-    for row in table:
-        print(
-            f"{row['run']:16} {_fmt(row['plugin_log_accept_len']):>10} "
-            f"{_fmt(row['plugin_summary_accept_len']):>8} {_fmt(row['server_info_accept_len']):>8} "
-            f"{_fmt(row['meta_info_accept_len']):>8} {row['alarms']:>6}"
-        )
-    for name, check in checks.items():
-        print(f"{'PASS' if check['ok'] else 'FAIL'} {name}")
-    if args.out:
-        Path(args.out).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    return 0 if all(c["ok"] for c in checks.values()) else 1
+    return validate_deployment(args)[0]
 
 
 if __name__ == "__main__":

@@ -370,6 +370,7 @@ class Outcome:
     log: str
     concurrent_outputs: list[list[int]] = field(default_factory=list)
     concurrent_metas: list[dict[str, Any]] = field(default_factory=list)
+    server_info_accept_length: float | None = None  # /get_server_info's avg_spec_accept_length
 
     def round_lines(self) -> list[tuple[int, list[int]]]:
         """The plugin's per-round accept lines, in order: (batch size, accept lengths)."""

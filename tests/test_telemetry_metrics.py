@@ -138,3 +138,31 @@ def test_metrics_work_in_prometheus_multiprocess_mode(tmp_path):
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"rounds": 1.0, "tokens": 7.0, "pos1": 2.0, "info": 1.0}
     assert list(tmp_path.iterdir())  # the values went through the multiprocess files
+
+
+def test_metrics_export_the_live_probes_matches_and_comparisons_per_offset():
+    from sglang_dspark_plugin.live_probe import LiveProbe, ProbeSettings, VerifyRow
+
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(4, registry=registry, sync_every=1000, sync_interval_s=1e9)
+    t = AcceptTelemetry(4, DFLASH, "census", settings=QUIET, metrics=metrics)
+    probe = t.alarm.probe = LiveProbe(DFLASH, ProbeSettings(rounds=10**9))
+    probe.begin_round()  # the sequence 100 + i at position i, as in tests/test_live_probe.py
+    probe.observe("a", 3, 103, VerifyRow((104, 999, 107, 105), (104, 105)))
+    probe.begin_round()
+    probe.observe("a", 5, 105, VerifyRow((106, 107, 108, 109), (106, 107, 108)))
+    t.on_verify_complete([1])
+    t.summary()  # syncs
+    value = registry.get_sample_value
+    got = {
+        offset: (
+            value("dspark_harvest_probe_matches_total", {"offset": offset}),
+            value("dspark_harvest_probe_compared_total", {"offset": offset}),
+        )
+        for offset in ("own", "late", "early")
+    }
+    assert got == {"own": (1.0, 4.0), "late": (1.0, 4.0), "early": (0.0, 3.0)}  # probe.counts, by offset
+    probe.finish("a")
+    t.summary()  # only the increase since the last push is added
+    assert value("dspark_harvest_probe_matches_total", {"offset": "own"}) == 4.0
+    assert value("dspark_harvest_probe_compared_total", {"offset": "early"}) == 6.0

@@ -124,7 +124,7 @@ class AcceptTelemetry:
             self.log_summary()
         # the metrics
         if self.metrics is not None:
-            self.metrics.maybe_sync(self.counts, self.alarm.fired)
+            self.metrics.maybe_sync(self.counts, self.alarm.fired, self._probe_counts())
         return record
 
     def _invalid_round(self, index: int, counts: Sequence[Any]) -> None:
@@ -147,13 +147,17 @@ class AcceptTelemetry:
         """Seconds since the first non-empty round; None before it."""
         return None if self._t0 is None else self._clock() - self._t0
 
+    def _probe_counts(self) -> Any:
+        """The live probe's counts for the metrics, or None when no probe rides on the alarm."""
+        return None if self.alarm.probe is None else self.alarm.probe.counts
+
     # ----------------------------------------------------------------- what it reports
 
     def summary(self) -> dict[str, Any]:
         """Everything so far, JSON-able (and the metrics pushed)."""
         c, alarm = self.counts, self.alarm
         if self.metrics is not None:
-            self.metrics.sync(c, alarm.fired)
+            self.metrics.sync(c, alarm.fired, self._probe_counts())
         return {
             "harvest": self.harvest,
             "source": self.source,

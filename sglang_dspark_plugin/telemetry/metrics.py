@@ -9,11 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import GeometryError, SettingsError
 from ..geometry import MAX_GAMMA
+from ..offsets import ProbeCounts
 from ..reprs import short
 from ..validation import is_int
 
 if TYPE_CHECKING:
     from .counts import AcceptCounts
+
+PROBE_OFFSETS = ("own", "late", "early")
+"""The live probe's offsets, as ``ProbeCounts`` names them: 0, +1 and -1."""
 
 _FAMILIES: dict[tuple[int, tuple[str, ...]], tuple[Any, dict[str, Any]]] = {}
 
@@ -48,6 +52,17 @@ def _metric_families(prometheus_client: Any, registry: Any, names: tuple[str, ..
                 ("position",),
             ),
             "alarms": make("dspark_harvest_alarms", "Low accept-length alarms fired."),
+            "probe_matches": make(
+                "dspark_harvest_probe_matches",
+                "Live offset probe: sampled drafts equal to the committed token at an offset (own = the "
+                "draft's own position, late = +1, early = -1).",
+                ("offset",),
+            ),
+            "probe_compared": make(
+                "dspark_harvest_probe_compared",
+                "Live offset probe: sampled drafts compared at an offset; match rate = matches / compared.",
+                ("offset",),
+            ),
             "invalid": make("dspark_harvest_invalid_rounds", "Rounds with a count outside [0, gamma]."),
             # A Gauge at 1, not an Info: sglang runs prometheus_client in multiprocess mode (no Info there).
             "info": prometheus_client.Gauge(
@@ -122,6 +137,11 @@ class PrometheusMetrics:
         self._c_alarms = child("alarms")
         self._c_invalid = child("invalid")
         self._c_position = [families["position"].labels(*lv, str(k)) for k in range(1, gamma + 1)]
+        self._c_probe = [
+            (families["probe_matches"].labels(*lv, offset), families["probe_compared"].labels(*lv, offset))
+            for offset in PROBE_OFFSETS
+        ]
+        self._probe_pushed = ProbeCounts()
         self._info = families["info"]
         self._label_values = lv
         self._pushed = (0, 0, 0, [0] * gamma, 0, 0)
@@ -130,16 +150,26 @@ class PrometheusMetrics:
         """Set the harvest info gauge (one label set at 1)."""
         self._info.labels(*self._label_values, harvest, source).set(1)
 
-    def maybe_sync(self, counts: AcceptCounts, alarms_fired: int) -> None:
+    def maybe_sync(self, counts: AcceptCounts, alarms_fired: int, probe: ProbeCounts | None = None) -> None:
         """Called every valid round; pushes after ``sync_every`` rounds or ``sync_interval_s`` seconds."""
         if (
             counts.rounds - self._pushed[0] >= self.sync_every
             or self._clock() - self._synced_at >= self.sync_interval_s
         ):
-            self.sync(counts, alarms_fired)
+            self.sync(counts, alarms_fired, probe)
 
-    def sync(self, counts: AcceptCounts, alarms_fired: int) -> None:
-        """Push the counter's totals and the alarms fired as counter increments since the previous sync."""
+    def sync_probe(self, probe: ProbeCounts) -> None:
+        """Push the live probe's matches and comparisons per offset since the previous sync."""
+        before, self._probe_pushed = self._probe_pushed, probe
+        for (matches, compared), offset in zip(self._c_probe, PROBE_OFFSETS, strict=True):
+            matches.inc(getattr(probe, offset) - getattr(before, offset))
+            compared.inc(getattr(probe, f"compared_{offset}") - getattr(before, f"compared_{offset}"))
+
+    def sync(self, counts: AcceptCounts, alarms_fired: int, probe: ProbeCounts | None = None) -> None:
+        """Push the counter's totals, the alarms fired and the probe's counts as counter increments
+        since the previous sync."""
+        if probe is not None:
+            self.sync_probe(probe)
         if counts.gamma != self.gamma:
             raise GeometryError(
                 f"metrics were built for gamma={self.gamma} but the counts have gamma={counts.gamma}; "
