@@ -153,15 +153,16 @@ def identity_checks(arm: str, builtin: sc.Outcome, plugin: sc.Outcome) -> list[s
 
 def log_checks(name: str, got: sc.Outcome, gamma: int | None) -> list[sc.Check]:
     """The plugin's per-round log against sglang's ``meta_info``: every request-round logged once, and
-    each request's logged accept lengths add up to its tokens (the last round may run past
-    ``max_new_tokens`` by at most gamma, the logged figure being uncapped)."""
+    each request's logged accept lengths add up to its tokens after the first (which the prefill
+    makes); the last round may run past ``max_new_tokens`` by at most gamma, the logged figure being
+    uncapped."""
     counts = got.verify_counts()
     lines = got.round_lines()[: sum(counts)]
     per_request = got.per_request_rounds()
     tokens = [int(m.get("completion_tokens", len(o))) for m, o in zip(got.metas, got.outputs, strict=True)]
     slack = gamma if gamma is not None else 0
-    sums_ok = bool(per_request) and all(
-        t <= sum(r) <= t + slack for t, r in zip(tokens, per_request, strict=True)
+    sums_ok = bool(per_request) and all(  # the first token comes from the prefill, not a verify round
+        t - 1 <= sum(r) <= t - 1 + slack for t, r in zip(tokens, per_request, strict=True)
     )
     checks = [
         _check(f"{name}: the plugin logs every round", bool(got.round_lines())),

@@ -137,7 +137,7 @@ def outcome(
 
 
 def test_log_checks_pass_on_agreeing_log_and_meta_and_fail_on_a_missing_round() -> None:
-    rounds, tokens = [[2, 2, 1], [3, 0, 2]], [[1] * 8, [2] * 8]  # 3+3+2 and 4+1+3 tokens
+    rounds, tokens = [[2, 2, 1], [3, 0, 2]], [[1] * 9, [2] * 9]  # the prefill's token, then 3+3+2 and 4+1+3
     good = vd.log_checks("plugin-auto", outcome(rounds, 3, tokens), gamma=3)
     assert good and all(c.ok for c in good), [c for c in good if not c.ok]
     short = outcome(rounds, 3, tokens)
@@ -170,7 +170,7 @@ def _served(rounds, tokens, startup="dflash", builtin=False) -> vd.Served:
 
 
 def test_evaluate_passes_identical_arms_and_fails_each_broken_one() -> None:
-    tokens = [[5] * 6, [6] * 6]
+    tokens = [[5] * 7, [6] * 7]
     good_rounds, bad_rounds = [[2, 2], [1, 1, 1]], [[0] * 6, [0] * 6]
     results = {
         "baseline": vd.Served(sc.Outcome(tokens, [{}, {}], ""), ""),
@@ -186,7 +186,7 @@ def test_evaluate_passes_identical_arms_and_fails_each_broken_one() -> None:
     assert any(c.name == "plugin-dspark: alarm raised" and c.ok for c in checks)
 
     broken = dict(results)
-    broken["plugin-auto"] = _served(good_rounds, [[5] * 6, [6] * 5 + [7]])  # one token differs
+    broken["plugin-auto"] = _served(good_rounds, [[5] * 7, [6] * 6 + [7]])  # one token differs
     names = {c.name for c in vd.evaluate(_runs(), broken, "dflash") if not c.ok}
     assert {"dflash: tokens equal the builtin's", "dflash: batched tokens equal the builtin's"} <= names
     broken = dict(results)
@@ -268,7 +268,7 @@ def serve(texts):
     outs = [{"text": "out:" + t[::-1], "output_ids": ids(t), "meta_info": {}} for t in texts]
     if accept is None:
         return outs
-    rounds = math.ceil(TOKENS / (accept + 1))
+    rounds = math.ceil((TOKENS - 1) / (accept + 1))  # the first token comes from the prefill
     for _ in range(rounds):
         state["rounds"] += 1; state["accepted"] += accept
         if telemetry is not None:
