@@ -336,6 +336,8 @@ def case_checks(
         return results
     if case.kind == "collapse":
         return sc.check_collapse({n: got[n] for n in case.runs}, greedy)
+    if case.kind == "no-match":
+        return [c for n in case.runs for c in sc.check_no_match(got[n], greedy)]
     return [c for n in case.runs for c in sc.check_concurrent(got[n], greedy)]
 
 

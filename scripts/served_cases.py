@@ -10,7 +10,8 @@ head; ``dspark-markov``: shifted, SpecForge-shaped with a Markov head; ``dspark-
 architecture and heads trained mask-fill, declared ``sample_from_anchor: false``), and
 ``dspark-zero-markov``: the embedded shifted drafter with a zero rank-1 vanilla Markov head added
 (``zero_markov_variant``), which sglang's builtin DSPARK can load, so the dspark arm can be compared
-with the builtin on the same weights.
+with the builtin on the same weights; ``dflash-random``: the mask-fill drafter's config with freshly
+initialised weights (``random_weights_variant``), a drafter that fits no offset of the target.
 
 A *bundled* run names no draft: its drafter rides in the ``dspark/`` subfolder of a copy of the embedded
 target (``bundled_target``), where sglang 0.5.23's DSPARK finds it (``launch_paths``).
@@ -42,8 +43,11 @@ MATCHED = {
     "dspark-markov": "dspark",
     "dspark-maskfill": "dflash",
     "dspark-maskfill-tensors-head": "dflash",
+    "dflash-random": "dflash",  # the census reads its mask-fill config; its weights fit no harvest
 }
-"""The harvest each drafter was trained for."""
+"""The harvest each drafter was trained for (for ``dflash-random``: the one its config declares)."""
+RANDOM = "dflash-random"
+"""The drafter with random weights: the probe must find no offset, and advise no override."""
 MASK_FILL_DSPARK = "dspark-maskfill"
 """The mask-fill drafter with a DSpark architecture and a Markov head: DSPARK serves it with
 ``sample_from_anchor`` false, its gamma (b-1) given by ``--speculative-dspark-block-size``."""
@@ -133,13 +137,14 @@ RUNS: dict[str, Run] = {
         Run("plugin-forced-dspark/dflash", PLUGIN, "dflash", harvest="dspark"),
         Run("plugin-forced-dspark/dspark", PLUGIN, "dspark", harvest="dspark"),
         Run("plugin-forced-dflash/dspark", PLUGIN, "dspark", harvest="dflash"),
+        Run("plugin/dflash-random", PLUGIN, RANDOM),
     )
 }
 
 
 @dataclass(frozen=True)
 class Case:
-    """A check over runs. ``kind``: identical | reference | collapse | concurrent."""
+    """A check over runs. ``kind``: identical | reference | collapse | concurrent | no-match."""
 
     name: str
     kind: str
@@ -241,6 +246,13 @@ CASES: tuple[Case, ...] = (
         "fires in the mismatched runs only",
     ),
     Case(
+        "random-weights-match-no-offset",
+        "no-match",
+        ("plugin/dflash-random",),
+        "a drafter with random weights, the census deciding: lossless, the alarm raised, the live probe "
+        "says no offset matches and no ALARM or probe line advises a harvest override",
+    ),
+    Case(
         "concurrent-requests",
         "concurrent",
         ("plugin/dflash", "plugin/dspark"),
@@ -310,6 +322,30 @@ def tensors_head_variant(mask_fill_drafter: Path, out: Path) -> Path:
     return out
 
 
+def random_weights_variant(drafter: Path, out: Path, seed: int = 0) -> Path:
+    """Copy ``drafter``'s config.json with freshly initialised weights of the same names and shapes
+    (the reference engine's own initialisation, seeded): a checkpoint the census reads as ``drafter``,
+    whose drafts fit no offset of the target."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from sglang_dspark_plugin.engine import new_draft_model
+
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(drafter / "config.json", out / "config.json")
+    trained = load_file(str(drafter / "model.safetensors"))
+    model = new_draft_model(json.loads((drafter / "config.json").read_text()), seed=seed)
+    state = {k: v.detach().to(trained[k].dtype).contiguous() for k, v in model.state_dict().items()}
+    if {k: tuple(v.shape) for k, v in state.items()} != {k: tuple(v.shape) for k, v in trained.items()}:
+        raise ValueError(f"{drafter}: the reference engine's drafter does not have the checkpoint's tensors")
+    if all(torch.equal(state[k], trained[k]) for k in state):
+        raise ValueError(f"{drafter}: the fresh weights equal the trained ones")
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    return out
+
+
 def bundled_target(target: Path, drafter: Path, out: Path) -> Path:
     """A copy of ``target`` with ``drafter`` in its ``dspark/`` subfolder (a draft bundled in the target)."""
     import shutil
@@ -344,6 +380,7 @@ def drafter_folders(embedded_root: Path, workdir: Path) -> dict[str, Path]:
     folders[MASK_FILL_TENSORS_HEAD] = tensors_head_variant(
         folders[MASK_FILL_DSPARK], workdir / f"drafter-{MASK_FILL_TENSORS_HEAD}"
     )
+    folders[RANDOM] = random_weights_variant(folders["dflash"], workdir / f"drafter-{RANDOM}")
     for drafter in sorted({run.drafter for run in RUNS.values() if run.bundled}):
         key = bundled_key(drafter)
         folders[key] = bundled_target(embedded_root / "target", folders[drafter], workdir / key)
@@ -550,6 +587,32 @@ def check_collapse(outcomes: dict[str, Outcome], greedy: list[list[int]]) -> lis
             Check(f"{drafter} drafter: matched >= 2x mismatched", ok >= 2.0 * bad, f"{ok:.2f} vs {bad:.2f}")
         )
     return checks
+
+
+PROBE_VERDICT = re.compile(r"dspark probe: [^\n]*")
+OVERRIDE = re.compile(r"MEMRA_DSPARK_HARVEST=\w+")
+
+
+def check_no_match(got: Outcome, greedy: list[list[int]]) -> list[Check]:
+    """A drafter that fits nothing: lossless, the alarm raised, the probe's verdict "no offset matches",
+    and no line of the probe or the ALARM tells the user to flip the harvest."""
+    verdicts = PROBE_VERDICT.findall(got.log)
+    alarms = [line for line in got.log.splitlines() if ALARM_LINE in line]
+    advised = sorted({o for line in [*verdicts, *alarms] for o in OVERRIDE.findall(line)})
+    return [
+        Check("random weights: lossless", got.outputs == greedy, _first_difference(got.outputs, greedy)),
+        Check(
+            "random weights: alarm raised",
+            bool(alarms),
+            f"pooled accept length {got.pooled_accept_length():.2f}",
+        ),
+        Check(
+            "random weights: the probe says no offset matches",
+            len(verdicts) == 1 and "no offset matches" in verdicts[0] and "not the cause" in verdicts[0],
+            verdicts[0][:200] if verdicts else "no verdict line",
+        ),
+        Check("random weights: no harvest override advised", not advised, ", ".join(advised)),
+    ]
 
 
 def check_concurrent(got: Outcome, greedy: list[list[int]]) -> list[Check]:

@@ -67,11 +67,20 @@ def test_aligned_drafts_say_the_harvest_is_not_the_cause() -> None:
     assert "Measured (live probe): matched" in text and "the harvest is not the cause" in text
 
 
-def test_before_the_probe_decides_the_alarm_keeps_its_guess() -> None:
+def test_before_the_probe_decides_the_alarm_advises_no_override() -> None:
+    """A drafter that fits nothing must not be told to flip the harvest while the probe is measuring."""
     undecided = LiveProbe(DFLASH, EVERY_ROUND)
     assert not undecided.assessment().decisive
-    assert "Likely cause: drafts harvested under the wrong convention" in alarm_text(undecided)
-    assert alarm_text(undecided) == alarm_text(None)
+    text = alarm_text(undecided)
+    assert "Cause not measured yet: the live probe is still scoring drafts (inconclusive" in text
+    assert "Likely cause" not in text and "Try MEMRA_DSPARK_HARVEST" not in text
+    assert "MEMRA_DSPARK_HARVEST=" not in text.split("evidence:")[1]
+
+
+def test_without_a_probe_the_alarm_keeps_its_guess() -> None:
+    text = alarm_text(None)
+    assert "Likely cause: drafts harvested under the wrong convention" in text
+    assert "Try MEMRA_DSPARK_HARVEST=dspark" in text
 
 
 def test_the_summary_states_the_probe_verdict() -> None:

@@ -147,12 +147,18 @@ class RollingAlarm:
 
     def _measured_cause(self) -> str | None:
         """What the live probe measured, once decisive: the cause and its fix (or that the harvest is
-        not the cause), instead of the guess; ``None`` without a probe or before it decides."""
+        not the cause), instead of the guess; before it decides, that it is measuring (no override is
+        advised that the probe may refute); ``None`` without a probe (the guess stands)."""
         if self.probe is None:
             return None
         verdict = self.probe.assessment()
-        if not verdict.decisive:
-            return None
+        if not verdict.decisive:  # measuring: no override advised before it is measured
+            return (
+                f"Cause not measured yet: the live probe is still scoring drafts ({verdict.message}); "
+                "its verdict follows as a 'dspark probe:' line, naming the harvest override if the harvest "
+                "is the cause, or that no offset matches (a drafter that does not fit this target or "
+                "workload)."
+            )
         if verdict.override is not None:
             return f"Measured cause (live probe): {verdict.message}; then restart."
         if verdict.kind == "matched":

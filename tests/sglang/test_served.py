@@ -158,6 +158,11 @@ def test_forced_harvests_collapse_in_real_rounds(served, greedy):
     assert_checks(sc.check_collapse(outcomes, greedy))
 
 
+def test_a_drafter_with_random_weights_is_not_told_to_flip_the_harvest(served, greedy):
+    (name,) = case("random-weights-match-no-offset").runs
+    assert_checks(sc.check_no_match(served(name), greedy))
+
+
 @pytest.mark.parametrize("run_name", case("concurrent-requests").runs)
 def test_concurrent_requests_are_lossless(run_name, served, greedy):
     got = served(run_name)
