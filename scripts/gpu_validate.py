@@ -347,16 +347,9 @@ def case_checks(
 def cpu_harness() -> tuple[dict[str, str], list[str]]:
     """The CPU patches' environment and the CPU engine's launch flags, as the served tests use them."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "sglang"))
-    from served import CPU_ENGINE_ARGS, cpu_env
+    from served import cpu_env, cpu_launch_flags
 
-    flags = []
-    for key, value in CPU_ENGINE_ARGS.items():
-        flag = "--" + key.replace("_", "-")
-        if value is True:
-            flags.append(flag)
-        elif key not in ("log_level", "random_seed"):
-            flags += [flag, str(value)]
-    return cpu_env(), flags
+    return cpu_env(), cpu_launch_flags()
 
 
 def server_command(args: argparse.Namespace, run: Any, cpu_flags: list[str]) -> list[str]:

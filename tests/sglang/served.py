@@ -46,6 +46,19 @@ CPU_ENGINE_ARGS: dict[str, Any] = {
 """What the CPU run needs on top of a GPU run's arguments (``scripts/served_cases.py`` has the rest)."""
 
 
+def cpu_launch_flags(overrides: dict[str, Any] | None = None) -> list[str]:
+    """``CPU_ENGINE_ARGS`` (with ``overrides``) as ``launch_server`` flags; the log level and seed are
+    left to the caller's own command line."""
+    flags = []
+    for key, value in {**CPU_ENGINE_ARGS, **(overrides or {})}.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            flags.append(flag)
+        elif key not in ("log_level", "random_seed"):
+            flags += [flag, str(value)]
+    return flags
+
+
 def cpu_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a served process: CPU engine, patches on, one OpenMP thread."""
     env = dict(os.environ)
@@ -146,9 +159,8 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def launch_server(args: list[str], env: dict[str, str] | None = None, timeout: int = ENGINE_TIMEOUT_S):
-    """``python -m sglang.launch_server ARGS`` on CPU (loopback only); yields (base url, log reader).
-
-    The server runs in its own process group, which is always killed on exit.
+    """``python -m sglang.launch_server ARGS`` on CPU (loopback only); yields (base url, log reader,
+    pid): the server runs in its own process group (its id is ``pid``), always killed on exit.
     """
     import time
     import urllib.request
@@ -183,7 +195,7 @@ def launch_server(args: list[str], env: dict[str, str] | None = None, timeout: i
                         f"launch_server not healthy after {timeout} s:\n{read_log()[-6000:]}"
                     )
                 time.sleep(2)
-            yield url, read_log
+            yield url, read_log, proc.pid
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from bundled_checkpoints import hub_cache, keys_target, subfolder_target
-from features import SUBFOLDER_DRAFT
+from features import RESOLVE_ONCE, SUBFOLDER_DRAFT
 from sglang.srt.server_args import ServerArgs, prepare_server_args
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
@@ -37,7 +37,7 @@ def resolve(target: str | Path, algorithm: str, *extra: str):
     """``launch_server``'s parse and resolution, no draft path; (record, resolved view)."""
     argv = ["--model-path", str(target), "--device", "cuda", "--speculative-algorithm", algorithm, *extra]
     args = prepare_server_args(argv)
-    if IS_0523:
+    if RESOLVE_ONCE:  # 0.5.19 on: the resolution pipeline runs here, not in ServerArgs' __post_init__
         from sglang.srt.arg_groups.overrides import resolved_view
 
         args.resolve_once()

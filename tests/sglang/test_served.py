@@ -173,15 +173,9 @@ def test_concurrent_requests_are_lossless(run_name, served, greedy):
 def test_launch_server_discovers_the_plugin_and_serves_http(drafters, prompts, greedy):
     """The user's command: ``python -m sglang.launch_server ... --speculative-algorithm DSPARK_HARVEST``;
     sglang finds the plugin through its entry point in the server's own processes."""
-    from served import CPU_ENGINE_ARGS, launch_server, post_json
+    from served import cpu_launch_flags, launch_server, post_json
 
-    flags = []
-    for key, value in CPU_ENGINE_ARGS.items():
-        flag = "--" + key.replace("_", "-")
-        if value is True:
-            flags.append(flag)
-        elif key not in ("log_level", "random_seed"):
-            flags += [flag, str(value)]
+    flags = cpu_launch_flags()
     args = [
         "--model-path",
         str(EMBEDDED.target),
@@ -193,7 +187,7 @@ def test_launch_server_discovers_the_plugin_and_serves_http(drafters, prompts, g
         "info",
         *flags,
     ]
-    with launch_server(args) as (url, read_log):
+    with launch_server(args) as (url, read_log, _):
         answer = post_json(
             url + "/generate",
             {
