@@ -114,7 +114,7 @@ def measure_host(args: argparse.Namespace, prompts: list[list[int]], drafters: d
     rows = []
     for bs in args.batch_sizes:
         batch = [prompts[i % len(prompts)] for i in range(bs)]
-        n_batches = max(1, -(-args.host_requests // bs))
+        n_batches = max(4, -(-args.host_requests // bs))
         env = {
             **run.env(),
             "MEMRA_DSPARK_HOST_TIMING": "1",

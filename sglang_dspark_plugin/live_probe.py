@@ -192,11 +192,20 @@ class LiveProbe:
         self.rounds += 1
         if index % self.stale_rounds == 0:
             self._sweep()
-        rounds, every = self.settings.rounds, self.settings.every
-        self._sampled = index < rounds or alarm_low or (every > 0 and (index - rounds) % every == 0)
+        self._sampled = self.samples(index, alarm_low=alarm_low)
         self.sampled_rounds += self._sampled
         self._taken = 0
         return self._sampled
+
+    def samples(self, index: int, *, alarm_low: bool = False) -> bool:
+        """Whether round ``index`` (0-based, in ``begin_round`` order) is sampled, ``alarm_low`` as given."""
+        rounds, every = self.settings.rounds, self.settings.every
+        return index < rounds or alarm_low or (every > 0 and (index - rounds) % every == 0)
+
+    @property
+    def tracking(self) -> bool:
+        """Whether some request has sampled rounds still to score."""
+        return bool(self._requests)
 
     @property
     def busy(self) -> bool:
@@ -318,31 +327,39 @@ class LiveProbe:
 
 def observe_round(
     probe: LiveProbe,
-    requests: Sequence[tuple[Hashable, Sequence[int], bool]],
+    requests: Sequence[tuple[Hashable, int, int | None, bool]],
     committed: Sequence[Sequence[int]],
     rows: Sequence[int] | None,
     accept: Sequence[int] | None,
     block: Sequence[int] | None = None,
 ) -> None:
     """One verify round into ``probe`` (after its ``begin_round``), as sglang's host copies hold it:
-    ``requests[i]`` is (rid, output ids before this round, whether sglang counts request i this round),
-    ``committed[i]`` the tokens it commits; on a sampled round ``rows`` is the flat output rows
-    (one row of equal width per request), ``accept`` the accept lengths and ``block`` DSPARK's
-    block accept lengths (``None`` where the builtin caps nothing)."""
+    ``requests[i]`` is (rid, anchor position, anchor, whether sglang counts request i this round), the
+    anchor being the request's last output token before this round (``request_anchor``), ``committed[i]``
+    the tokens it commits; on a sampled round ``rows`` is the flat output rows (one row of equal width
+    per request), ``accept`` the accept lengths and ``block`` DSPARK's block accept lengths (``None``
+    where the builtin caps nothing)."""
     stride = len(rows) // len(requests) if rows and requests else 0
-    for i, (rid, out, live) in enumerate(requests):
-        if not live or not out or not probe.wants(rid):
+    for i, (rid, anchor_pos, anchor, live) in enumerate(requests):
+        if not live or anchor is None or not probe.wants(rid):
             continue
         if stride and accept is not None:
             capped = block is not None and block[i] > accept[i]
             row = verify_row(rows[i * stride : (i + 1) * stride], accept[i], capped=capped)  # type: ignore[index]
         else:
             row = VerifyRow((), tuple(committed[i]))
-        probe.observe(rid, len(out) - 1, out[-1], row)
+        probe.observe(rid, anchor_pos, anchor, row)
+
+
+def request_anchor(output_ids: Sequence[int]) -> tuple[int, int | None]:
+    """A request's anchor before a round: the position and value of its last output token (``None``:
+    no output yet), read when the round resolves, so the round can be scored later."""
+    return len(output_ids) - 1, (output_ids[-1] if output_ids else None)
 
 
 __all__ = [
     "observe_round",
+    "request_anchor",
     "MAX_REQUESTS",
     "MAX_PENDING",
     "STALE_ROUNDS",

@@ -286,7 +286,7 @@ def _served_round(requests: int, k: int, gamma: int, shift: int) -> tuple[list, 
         pos = 10 + 2 * k
         drafts = [seq[pos + j + shift] for j in range(1, gamma + 1)]
         done = seq[pos + 1 : pos + 3]
-        reqs.append((r, seq[: pos + 1], True))
+        reqs.append((r, pos, seq[pos], True))
         committed.append(done)
         rows += row_of_round(drafts, done)
         accept.append(len(done))
@@ -300,8 +300,8 @@ def test_a_whole_round_scores_as_its_requests_one_by_one() -> None:
         whole.begin_round()
         observe_round(whole, reqs, committed, rows, accept)
         single.begin_round()
-        for i, (rid, out, _) in enumerate(reqs):
-            single.observe(rid, len(out) - 1, out[-1], verify_row(rows[i * 6 : (i + 1) * 6], accept[i]))
+        for i, (rid, pos, anchor, _) in enumerate(reqs):
+            single.observe(rid, pos, anchor, verify_row(rows[i * 6 : (i + 1) * 6], accept[i]))
     assert whole.counts == single.counts and whole.counts.compared_own > 0
 
 
@@ -312,7 +312,7 @@ def test_a_round_keeps_the_drafts_of_at_most_max_per_round_requests() -> None:
     observe_round(probe, reqs, committed, rows, accept)
     requests, pending, _ = probe.held()
     assert requests == 8 and pending == 8  # the other 56 are not tracked: their rows cost nothing more
-    reqs[0] = (0, reqs[0][1], False)  # a request sglang does not count this round is left out
+    reqs[0] = (*reqs[0][:3], False)  # a request sglang does not count this round is left out
     probe.begin_round()
     observe_round(probe, reqs, committed, None, None)  # an unsampled round: committed tokens only
     assert probe.held()[0] <= 8

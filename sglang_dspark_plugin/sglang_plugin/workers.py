@@ -17,7 +17,7 @@ from sglang.srt.speculative.dspark_components.dspark_worker_v2 import DSparkWork
 
 from ..errors import GeometryError
 from ..harvest import ENV_VAR, DsparkHarvest
-from ..live_probe import LiveProbe, observe_round
+from ..live_probe import LiveProbe, request_anchor
 from ..logsafe import safe_logger
 from ..rank_agreement import agreement_values, check_rank_agreement
 from ..serving import ServePlan
@@ -35,7 +35,7 @@ from .hooks import PARSE_HOOK_TARGET, RESULT_HOOK_TARGET, TARGET_CONTRACT, regis
 from .resolution import announce, optional_arg, read_arg, require_plan
 
 if TYPE_CHECKING:
-    from ..telemetry import AcceptTelemetry
+    from ..telemetry import AcceptTelemetry, DeferredRounds
 
 NO_WORK = contextlib.nullcontext()
 """``dspark_work`` when neither host timing nor the sync debug mode is on: nothing per round."""
@@ -163,6 +163,7 @@ class _HarvestWorkerMixin:
     dspark_plan: ServePlan | None = None
     dspark_telemetry: AcceptTelemetry | None = None
     dspark_probe: LiveProbe | None = None
+    dspark_rounds: DeferredRounds | None = None  # the telemetry's and the probe's queue of round steps
     dspark_work: Any = NO_WORK  # entered around the plugin's per-round work (``plugin_work``)
 
     def _dspark_harvest_init(self, server_args: Any) -> ServePlan:
@@ -195,12 +196,12 @@ class _HarvestWorkerMixin:
         That is TP rank 0 (the others verify the same rounds), and with data-parallel attention the
         first rank of every DP group, whose lines end with ``dp=N`` (``telemetry_placement``).
         """
-        from ..telemetry import AcceptTelemetry, PrometheusMetrics
+        from ..telemetry import AcceptTelemetry, DeferredRounds, PrometheusMetrics
 
         self.dspark_plan = plan
         watches, dp_rank = telemetry_placement(attention_ranks(tp_rank))
         if not watches:
-            self.dspark_telemetry = self.dspark_probe = None
+            self.dspark_telemetry = self.dspark_probe = self.dspark_rounds = None
             self.dspark_work = NO_WORK
             return
         # The startup line and manifest in the scheduler too: sglang 0.5.17 resolves its arguments
@@ -214,6 +215,7 @@ class _HarvestWorkerMixin:
         dp_tag = "" if dp_rank is None else f" dp={dp_rank}"
         self.dspark_probe = LiveProbe(plan.harvest, plan.request.probe, dp_tag=dp_tag)
         self.dspark_telemetry.alarm.probe = self.dspark_probe  # the alarm and the summary state its verdict
+        self.dspark_rounds = DeferredRounds(self.dspark_telemetry, self.dspark_probe)
         settings = plan.request.telemetry
         self.dspark_work = plugin_work(settings, settings.summary_every or 100, dp_tag)
         logger.info(
@@ -232,45 +234,52 @@ class _HarvestWorkerMixin:
     dspark_live_mask: list[bool] | None = None
 
     def dspark_probe_round(self, committed: Any, result: Any, batch: Any, live: list[bool]) -> None:
-        """After sglang resolved a round: its host rows and committed tokens to the live offset probe
-        (``live_probe``); the output rows are read only on a sampled round. No device work: sglang
-        waited for its own copy before resolving the round."""
-        probe, telemetry = self.dspark_probe, self.dspark_telemetry
-        if probe is None or telemetry is None:
+        """After sglang resolved a round: its snapshot for the live offset probe (``live_probe``),
+        queued (``DeferredRounds``): each request's anchor and committed tokens, and the output rows
+        on a sampled round only. No device work: sglang waited for its own copy before resolving."""
+        rounds = self.dspark_rounds
+        if rounds is None or rounds.probe is None:
             return
         with self.dspark_work:
-            self._dspark_probe_round(probe, telemetry, committed, result, batch, live)
-
-    @staticmethod
-    def _dspark_probe_round(
-        probe: LiveProbe, telemetry: AcceptTelemetry, committed: Any, result: Any, batch: Any, live: Any
-    ) -> None:
-        sampled = probe.begin_round(alarm_low=telemetry.alarm.low())
-        if probe.busy:
-            requests = [(r.rid, r.output_ids, keep) for r, keep in zip(batch.reqs, live, strict=True)]
+            sampled, needed = rounds.probe_round()
+            if not needed:
+                rounds.probe_rows(None)
+                return
+            requests = [
+                (r.rid, *request_anchor(r.output_ids), keep) for r, keep in zip(batch.reqs, live, strict=True)
+            ]
             rows = accept = block = None
             if sampled:
                 rows, accept = result.next_token_ids.tolist(), result.accept_lens.tolist()
                 capped = getattr(result, "block_accept_lens", None)
                 block = None if capped is None else capped.tolist()
-            observe_round(probe, requests, committed, rows, accept, block)
-        probe.poll()
+            rounds.probe_rows(requests, committed, rows, accept, block)
 
     def note_request_finished(self, *, rid: str, natural_stop: bool) -> None:
-        """sglang's end-of-request hook: the parent's work, then the probe scores what it holds."""
+        """sglang's end-of-request hook: the parent's work, then the queued round steps run, the
+        request's end last (the probe scores what it holds): its rounds are all logged now."""
         super().note_request_finished(rid=rid, natural_stop=natural_stop)  # type: ignore[misc]
-        if self.dspark_probe is not None:
-            self.dspark_probe.finish(rid)
+        rounds = self.dspark_rounds
+        if rounds is not None:
+            with self.dspark_work:
+                rounds.finish(rid)
+
+    def dspark_flush(self) -> None:
+        """Run the queued round steps now (a caller that reads the telemetry between rounds)."""
+        if self.dspark_rounds is not None:
+            with self.dspark_work:
+                self.dspark_rounds.run()
 
     def on_verify_complete_cpu(self, num_correct_drafts_per_req: list[int], batch_size: int = 0) -> None:
-        """sglang's host-side per-round hook: the parent's work, then one telemetry record (no sync).
+        """sglang's host-side per-round hook: the parent's work, then one telemetry record, queued
+        (``DeferredRounds``; no sync).
 
         Requests that had already finished (still in an overlapped batch) are left out, as sglang
         leaves them out of their ``spec_verify_ct``.
         """
         super().on_verify_complete_cpu(num_correct_drafts_per_req, batch_size=batch_size)  # type: ignore[misc]
-        telemetry = self.dspark_telemetry
-        if telemetry is None:
+        rounds = self.dspark_rounds
+        if rounds is None:
             return
         work = self.dspark_work
         with work:
@@ -279,7 +288,7 @@ class _HarvestWorkerMixin:
             if live is not None and len(live) == len(values) and not all(live):
                 values = [v for v, keep in zip(values, live, strict=True) if keep]
             if values:
-                telemetry.on_verify_complete(values)
+                rounds.verify(values)
         if work is not NO_WORK:
             work.end_round()
 

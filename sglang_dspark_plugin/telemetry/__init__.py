@@ -28,6 +28,7 @@ from __future__ import annotations
 from .accept import AcceptTelemetry
 from .alarm import Alarm, RollingAlarm
 from .counts import ACCEPT_LENGTH_DEFINITION, AcceptCounts, RoundRecord
+from .deferred import DEFER_ROUNDS, DeferredRounds
 from .hostcost import HostCost, PluginWork
 from .metrics import PrometheusMetrics
 from .settings import ACCEPT_LOGGER, TelemetrySettings
@@ -38,6 +39,8 @@ __all__ = [
     "AcceptCounts",
     "AcceptTelemetry",
     "Alarm",
+    "DEFER_ROUNDS",
+    "DeferredRounds",
     "HostCost",
     "PluginWork",
     "PrometheusMetrics",

@@ -90,31 +90,30 @@ class AcceptTelemetry:
         r = resolution
         return cls(gamma, r.harvest, r.source, r.evidence, settings, metrics, clock, dp_rank=dp_rank)
 
-    def on_verify_complete(self, num_correct_drafts_per_req: Sequence[int]) -> RoundRecord:
-        """Record one verify round from the per-request accepted-draft counts (host ints, no sync).
+    def on_verify_complete(self, counts: Sequence[int], at: float | None = None) -> RoundRecord:
+        """Record one verify round from the per-request accepted-draft counts (host ints, no sync);
+        ``at``: the round's ``time.time()`` where it is recorded later (``DeferredRounds``).
 
         Counts outside [0, gamma] mean the scheduler's verify width disagrees with this geometry: the
         round is logged at ERROR (once) and kept out of the statistics; serving is never interrupted.
         """
         index = self._round = self._round + 1
-        record = self.counts.add(index, num_correct_drafts_per_req)
+        record = self.counts.add(index, counts)
         if record.batch_size == 0:
             return record
         if self._t0 is None:
             self._t0 = self._clock()
         if not record.valid:
-            self._invalid_round(index, num_correct_drafts_per_req)
+            self._invalid_round(index, counts)
             return record
         # the per-round line
         level = self.settings.accept_log_level
         if level is not None and self.logger.isEnabledFor(level):
             text = self._text
+            accept_len = ",".join([text[n] for n in record.accept_lengths])
+            message = f"dspark accept round={index} bs={record.batch_size} accept_len=[{accept_len}] "
             self._line.emit(
-                self.logger,
-                level,
-                f"dspark accept round={index} bs={record.batch_size} "
-                f"accept_len=[{','.join([text[n] for n in record.accept_lengths])}] "
-                f"mean={record.mean:.2f} harvest={self.tag}{self.dp_tag}",
+                self.logger, level, f"{message}mean={record.mean:.2f} harvest={self.tag}{self.dp_tag}", at
             )
         # the rolling alarm
         if self.alarm.on and (alarm := self.alarm.observe(self.counts, index)) is not None:

@@ -30,8 +30,9 @@ class RoundLineEmitter:
         self._template: dict[str, Any] | None = None
         self._thread: int | None = None
 
-    def emit(self, logger: logging.Logger, level: int, message: str) -> None:
-        """Hand ``message`` at ``level`` to ``logger``'s handlers (the caller checked the level)."""
+    def emit(self, logger: logging.Logger, level: int, message: str, created: float | None = None) -> None:
+        """Hand ``message`` at ``level`` to ``logger``'s handlers (the caller checked the level), timed
+        ``created`` (``time.time()`` of the round; default now)."""
         template = self._template
         if (
             template is None
@@ -45,11 +46,14 @@ class RoundLineEmitter:
             if type(record) is logging.LogRecord:
                 self._template = dict(record.__dict__)
                 self._thread = threading.get_ident()
+            if created is not None:
+                record.created = created
+                record.msecs = int((created - int(created)) * 1000) + 0.0
             logger.handle(record)
             return
         record = _new_record(logging.LogRecord)
         record.__dict__.update(template)
-        now = time.time()
+        now = time.time() if created is None else created
         record.msg = message
         record.created = now
         record.msecs = int((now - int(now)) * 1000) + 0.0  # LogRecord's own rounding

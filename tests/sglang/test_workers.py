@@ -430,6 +430,8 @@ def test_on_verify_complete_cpu_feeds_one_telemetry_record_per_round(tmp_path, c
     with caplog.at_level(logging.INFO, logger=ACCEPT_LOGGER):
         assert worker.on_verify_complete_cpu([0, gamma, 1], batch_size=3) is None
         worker.on_verify_complete_cpu([2], batch_size=1)
+        assert telemetry.counts.rounds == 0 and worker.dspark_rounds.queued == 2  # queued (DeferredRounds)
+        worker.dspark_flush()
     records = telemetry.counts.records
     assert [r.accept_lengths for r in records] == [[1, gamma + 1, 2], [3]]
     assert [r.batch_size for r in records] == [3, 1]
@@ -450,6 +452,7 @@ def test_enable_metrics_attaches_prometheus_counters(tmp_path):
     worker._dspark_attach(_served(tmp_path, "dspark_markov_rank0"), tp_rank=0, enable_metrics=True)
     assert worker.dspark_telemetry.metrics is not None
     worker.on_verify_complete_cpu([4, 0], batch_size=2)
+    worker.dspark_flush()
     assert worker.dspark_telemetry.counts.accepted_drafts == 4
 
 
@@ -493,9 +496,13 @@ def test_sync_debug_wraps_the_plugin_work_in_the_error_mode(tmp_path, monkeypatc
     seen = []
     telemetry = worker.dspark_telemetry
     original = telemetry.on_verify_complete
-    monkeypatch.setattr(telemetry, "on_verify_complete", lambda v: (seen.append(modes[-1]), original(v)))
-    worker.on_verify_complete_cpu([1], batch_size=1)
-    assert seen == ["error"] and modes == ["default", "error", "default"]  # restored after the round
+    monkeypatch.setattr(
+        telemetry, "on_verify_complete", lambda v, at=None: (seen.append(modes[-1]), original(v, at=at))
+    )
+    worker.on_verify_complete_cpu([1], batch_size=1)  # queued under the mode, restored after
+    assert seen == [] and modes == ["default", "error", "default"]
+    worker.dspark_flush()  # the queue runs under it too
+    assert seen == ["error"] and modes == ["default", "error", "default", "error", "default"]
 
 
 def test_sync_debug_without_cuda_checks_nothing_and_says_so(tmp_path, caplog, monkeypatch):

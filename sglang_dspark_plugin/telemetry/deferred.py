@@ -1,0 +1,128 @@
+"""The plugin's per-round work, queued in round order and run in bursts (sglang-free).
+
+Measured in sglang's served engine on CPU (``scripts/bench_served.py``, docs/telemetry.md): the
+plugin's round work costs 4 to 8 times its warm cost when it runs once per round, because the round's
+forward pass evicts the caches its code and data need. Queuing what each round hands over (the
+accept counts, the probe's snapshot of the round, a finished request) and running the queue every
+``DEFER_ROUNDS`` rounds, or when a request finishes, runs that code warm. What each step does, and in
+which order, is unchanged: the telemetry and the live probe see exactly the calls they saw round by
+round, later. Three things are deferred by up to ``DEFER_ROUNDS`` rounds:
+
+- the per-round log line (its timestamp is still the round's own) and the summary and ALARM lines;
+- the probe's verdict and Prometheus's counters;
+- the probe's "every round while the alarm window is low": the alarm's state as of the last run of
+  the queue decides.
+
+A finished request runs the queue, so every round of a request is logged by the time it returns.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..live_probe import observe_round
+
+if TYPE_CHECKING:
+    from ..live_probe import LiveProbe
+    from .accept import AcceptTelemetry
+
+DEFER_ROUNDS = 8
+"""Verify rounds queued before the queue runs (a finished request runs it sooner)."""
+
+_VERIFY, _PROBE, _FINISH = 0, 1, 2
+
+
+class DeferredRounds:
+    """``telemetry`` and ``probe`` (``None``: no probe) fed through a queue run every ``every`` rounds."""
+
+    __slots__ = (
+        "telemetry",
+        "probe",
+        "every",
+        "clock",
+        "_ops",
+        "_rounds",
+        "_probe_index",
+        "_alarm_low",
+        "_sampled_queued",
+    )
+
+    def __init__(
+        self,
+        telemetry: AcceptTelemetry,
+        probe: LiveProbe | None,
+        every: int = DEFER_ROUNDS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.telemetry, self.probe, self.every, self.clock = telemetry, probe, max(1, every), clock
+        self._ops: list[tuple[int, Any]] = []
+        self._rounds = 0  # verify rounds queued
+        self._probe_index = 0 if probe is None else probe.rounds  # the index the next probe round has
+        self._alarm_low = False  # the alarm's state when the queue last ran
+        self._sampled_queued = False  # a sampled probe round is queued
+
+    def verify(self, values: Sequence[int]) -> None:
+        """One round's accepted-draft counts of the requests sglang counts (what ``on_verify_complete``
+        takes), stamped with the time now."""
+        self._ops.append((_VERIFY, (values, self.clock())))
+        self._rounds += 1
+        if self._rounds >= self.every:
+            self.run()
+
+    def probe_round(self) -> tuple[bool, bool]:
+        """Begin the probe's part of the next round: (sampled, needs the requests). Then call
+        ``probe_rows`` (it must follow) with the round's snapshot, or ``None`` where it needs none."""
+        probe = self.probe
+        if probe is None:
+            return False, False
+        sampled = probe.samples(self._probe_index, alarm_low=self._alarm_low)
+        self._probe_index += 1
+        self._sampled_queued |= sampled
+        return sampled, sampled or self._sampled_queued or probe.tracking
+
+    def probe_rows(
+        self,
+        requests: Sequence[tuple[Hashable, int, int | None, bool]] | None,
+        committed: Sequence[Sequence[int]] = (),
+        rows: Sequence[int] | None = None,
+        accept: Sequence[int] | None = None,
+        block: Sequence[int] | None = None,
+    ) -> None:
+        """The round ``probe_round`` began, as ``observe_round`` takes it (``requests`` ``None``: none)."""
+        self._ops.append((_PROBE, (self._alarm_low, requests, committed, rows, accept, block)))
+
+    def finish(self, rid: Hashable) -> None:
+        """``rid`` has ended (sglang's end-of-request hook): queued, then the queue runs."""
+        if self.probe is not None:
+            self._ops.append((_FINISH, rid))
+        self.run()
+
+    @property
+    def queued(self) -> int:
+        """Steps waiting in the queue."""
+        return len(self._ops)
+
+    def run(self) -> None:
+        """Run every queued step, in order."""
+        ops, self._ops, self._rounds = self._ops, [], 0
+        telemetry, probe = self.telemetry, self.probe
+        try:
+            for kind, arg in ops:
+                if kind == _VERIFY:
+                    telemetry.on_verify_complete(arg[0], at=arg[1])
+                elif kind == _PROBE:
+                    alarm_low, requests, committed, rows, accept, block = arg
+                    probe.begin_round(alarm_low=alarm_low)  # type: ignore[union-attr]
+                    if requests is not None:
+                        observe_round(probe, requests, committed, rows, accept, block)  # type: ignore[arg-type]
+                    probe.poll()  # type: ignore[union-attr]
+                else:
+                    probe.finish(arg)  # type: ignore[union-attr]
+        finally:
+            self._alarm_low = telemetry.alarm.low()
+            self._sampled_queued = False
+
+
+__all__ = ["DEFER_ROUNDS", "DeferredRounds"]

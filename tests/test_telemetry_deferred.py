@@ -1,0 +1,142 @@
+"""``DeferredRounds``: the telemetry and the live probe fed through a queue run in bursts see exactly the
+calls they would see round by round (the same counts, log lines, verdict), each log line keeps its
+round's time, and a finished request runs the queue."""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+
+import pytest
+from test_live_probe import sequence
+
+from sglang_dspark_plugin.harvest import DsparkHarvest
+from sglang_dspark_plugin.live_probe import LiveProbe, ProbeSettings, request_anchor, row_of_round
+from sglang_dspark_plugin.telemetry import ACCEPT_LOGGER, AcceptTelemetry, DeferredRounds, TelemetrySettings
+
+GAMMA = 4
+SETTINGS = TelemetrySettings(summary_every=16, alarm_threshold=1.6, alarm_warmup=8, alarm_window=16)
+NO_ALARM = TelemetrySettings(summary_every=16, alarm_threshold=0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        self.now += 0.25
+        return self.now
+
+
+def serve(
+    every: int,
+    probe_settings: ProbeSettings,
+    caplog: pytest.LogCaptureFixture,
+    settings: TelemetrySettings = SETTINGS,
+    shift: int = 1,
+):
+    """A served stream: 6 requests, 3 at a time, drafting ``shift`` positions late (a shifted drafter
+    under the dflash harvest), through a queue run every ``every`` rounds; what it logged and kept."""
+    caplog.clear()
+    telemetry = AcceptTelemetry(GAMMA, DsparkHarvest.DFLASH, "census", (), settings=settings)
+    probe = LiveProbe(DsparkHarvest.DFLASH, probe_settings)
+    telemetry.alarm.probe = probe
+    rounds = DeferredRounds(telemetry, probe, every=every, clock=Clock())
+    rng = random.Random(3)
+    seqs = {rid: sequence(400, seed=rid) for rid in range(6)}
+    outs = {rid: seqs[rid][:10] for rid in range(6)}
+    running = [0, 1, 2]
+    waiting = [3, 4, 5]
+    with caplog.at_level(logging.INFO, logger=ACCEPT_LOGGER):
+        while running:
+            values, committed, rows = [], [], []
+            for rid in running:
+                pos, seq = len(outs[rid]) - 1, seqs[rid]
+                drafts = [seq[pos + j + shift] for j in range(1, GAMMA + 1)]
+                n = rng.choice([0, 0, 0, 1])
+                done = seq[pos + 1 : pos + 2 + n]
+                values.append(n)
+                committed.append(done)
+                rows += row_of_round(drafts, done)
+            rounds.verify(values)
+            sampled, needed = rounds.probe_round()
+            if needed:
+                requests = [(rid, *request_anchor(outs[rid]), True) for rid in running]
+                accept = [len(c) for c in committed]
+                rounds.probe_rows(requests, committed, rows if sampled else None, accept if sampled else None)
+            else:
+                rounds.probe_rows(None)
+            for rid, done in zip(list(running), committed, strict=True):
+                outs[rid] += done
+                if len(outs[rid]) >= 90:
+                    running.remove(rid)
+                    rounds.finish(rid)
+                    if waiting:
+                        running.append(waiting.pop(0))
+    # rounds_per_s: wall time when the summary runs, the one figure that differs
+    lines = [
+        (re.sub(r"rounds_per_s=[0-9.]+", "rounds_per_s=*", r.getMessage()), r.created)
+        for r in caplog.records
+        if r.name == ACCEPT_LOGGER
+    ]
+    return telemetry, probe, rounds, lines
+
+
+def test_a_queue_run_every_8_rounds_sees_what_a_round_by_round_run_sees(caplog) -> None:
+    every_round = ProbeSettings(rounds=10**9)  # sampling then depends on nothing the queue defers
+    t1, p1, q1, lines1 = serve(1, every_round, caplog)
+    t8, p8, q8, lines8 = serve(8, every_round, caplog)
+    assert q1.queued == q8.queued == 0  # the last request's end ran the queue
+    assert t8.counts.hist == t1.counts.hist and t8.counts.rounds == t1.counts.rounds > 100
+    assert [m for m, _ in lines8] == [m for m, _ in lines1]  # every line, in order, the ALARM included
+    assert any("dspark accept ALARM" in m for m, _ in lines8)
+    assert p8.counts == p1.counts and p8.counts.compared_late > 0
+    assert p8.verdict is not None and p8.verdict.override == "MEMRA_DSPARK_HARVEST=dspark"
+    assert (p8.rounds, p8.sampled_rounds) == (p1.rounds, p1.sampled_rounds)
+
+
+def test_the_probes_schedule_is_kept_through_the_queue(caplog) -> None:
+    """First ``rounds`` rounds, then 1 in ``every``: the round indices sampled are the same (the alarm
+    off, whose state the queue reads as of its last run)."""
+    schedule = ProbeSettings(rounds=20, every=5)
+    _, p1, _, lines1 = serve(1, schedule, caplog, NO_ALARM)
+    _, p8, _, lines8 = serve(8, schedule, caplog, NO_ALARM)
+    assert p8.counts == p1.counts and p8.counts.compared_own > 0
+    assert (p8.rounds, p8.sampled_rounds) == (p1.rounds, p1.sampled_rounds)
+    assert 20 < p8.sampled_rounds < p8.rounds
+    assert [m for m, _ in lines8] == [m for m, _ in lines1]
+
+
+def test_each_round_line_keeps_its_rounds_time(caplog) -> None:
+    _, _, _, lines1 = serve(1, ProbeSettings(rounds=10**9), caplog)
+    _, _, _, lines8 = serve(8, ProbeSettings(rounds=10**9), caplog)
+    rounds1 = [(m, at) for m, at in lines1 if m.startswith("dspark accept round=")]
+    rounds8 = [(m, at) for m, at in lines8 if m.startswith("dspark accept round=")]
+    assert rounds8 == rounds1  # the clock is read when the round is queued, not when it runs
+    times = [at for _, at in rounds8]
+    assert times == sorted(times) and len(set(times)) == len(times)
+
+
+def test_rounds_wait_for_the_burst_and_a_finished_request_runs_it(caplog) -> None:
+    telemetry = AcceptTelemetry(GAMMA, DsparkHarvest.DFLASH, "census", (), settings=SETTINGS)
+    rounds = DeferredRounds(telemetry, LiveProbe(DsparkHarvest.DFLASH), every=4)
+    for _ in range(3):
+        rounds.verify([1, 2])
+        assert rounds.probe_round() == (True, True)  # the first rounds are sampled
+        rounds.probe_rows(None)
+    assert telemetry.counts.rounds == 0 and rounds.queued == 6
+    rounds.verify([1])  # the 4th round: the queue runs
+    assert telemetry.counts.rounds == 4 and rounds.queued == 0
+    rounds.verify([3])
+    rounds.finish("r0")
+    assert telemetry.counts.rounds == 5 and rounds.queued == 0
+
+
+def test_without_a_probe_only_the_telemetry_is_queued() -> None:
+    telemetry = AcceptTelemetry(GAMMA, DsparkHarvest.DFLASH, "census", (), settings=SETTINGS)
+    rounds = DeferredRounds(telemetry, None, every=2)
+    assert rounds.probe_round() == (False, False)
+    rounds.verify([1])
+    rounds.finish("r0")
+    assert telemetry.counts.rounds == 1 and rounds.queued == 0
