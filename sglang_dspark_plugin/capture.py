@@ -10,7 +10,7 @@ last layer too (``DIRECT_CAPTURE``). docs/sglang.md lists the families, checked 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .validation import is_int
@@ -70,59 +70,33 @@ def uncapturable_message(
     )
 
 
-def target_config(target: str) -> dict | None:
-    """A target checkpoint's parsed config.json, or None when it is not on this machine yet.
-
-    ``None`` for a hub id sglang will download: then sglang's own checks are all there is. Never
-    reads weights.
-    """
-    from .census import resolve_checkpoint
-    from .checkpoint_files import read_json
-    from .errors import DsparkHarvestError
-
-    try:
-        folder = resolve_checkpoint(target)
-        cfg = read_json(folder / "config.json", "target config.json", 1 << 24, "pass the target's folder")
-    except DsparkHarvestError:
-        return None
-    return cfg if isinstance(cfg, dict) else None
-
-
-def _text_int(cfg: dict[str, Any], key: str) -> int | None:
+def _text_int(cfg: Mapping[str, Any], key: str) -> int | None:
     """``key`` from the text config (multimodal targets nest it), else the top level; a positive int."""
     nested = cfg.get("text_config")
-    text: dict[str, Any] = nested if isinstance(nested, dict) else cfg
+    text: Mapping[str, Any] = nested if isinstance(nested, dict) else cfg
     value = text.get(key, cfg.get(key))
     if not is_int(value) or value < 1:
         return None
     return value
 
 
-def target_layer_count(target: str) -> tuple[str | None, int | None]:
-    """A target checkpoint's ``(architectures[0], num_hidden_layers)`` from its config.json.
-
-    ``(None, None)`` when the target is not on this machine yet (a hub id sglang will download): then
-    sglang's own check at the first decode round is all there is. Never reads weights.
-    """
-    cfg = target_config(target)
-    if cfg is None:
-        return None, None
-    archs = cfg.get("architectures")
+def target_layer_count(config: Mapping[str, Any]) -> tuple[str | None, int | None]:
+    """A target's ``(architectures[0], num_hidden_layers)`` from its parsed config.json (``None`` for
+    what it does not say). ``serving.target_checkpoint`` finds that config where sglang does."""
+    archs = config.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
-    return arch, _text_int(cfg, "num_hidden_layers")
+    return arch, _text_int(config, "num_hidden_layers")
 
 
-def target_vocab_size(target: str) -> int | None:
-    """A target checkpoint's vocabulary size (its text config's ``vocab_size``, the rows of the LM head
-    sglang builds); None when the target is not on this machine or its config does not say."""
-    cfg = target_config(target)
-    return None if cfg is None else _text_int(cfg, "vocab_size")
+def target_vocab_size(config: Mapping[str, Any]) -> int | None:
+    """A target's vocabulary size (its text config's ``vocab_size``, the rows of the LM head sglang
+    builds) from its parsed config.json; None when it does not say."""
+    return _text_int(config, "vocab_size")
 
 
 __all__ = [
     "DIRECT_CAPTURE",
     "last_capturable_layer",
-    "target_config",
     "target_layer_count",
     "target_vocab_size",
     "uncapturable_layers",

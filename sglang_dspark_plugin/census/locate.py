@@ -1,9 +1,10 @@
-"""Where a draft checkpoint lives: a local folder, or a hub id at a revision in the Hugging Face cache.
+"""Where a checkpoint lives: a local folder, or a hub id at a revision in the Hugging Face cache.
 
-A hub id resolves the way sglang resolves ``--speculative-draft-model-path`` with
-``--speculative-draft-model-revision``: the same cache, the same revision (a branch or tag through
-``refs/``, or a commit hash). ``inspect`` and ``check`` never download; the serving plan may, as the
-builtin would, unless ``HF_HUB_OFFLINE`` is set.
+A hub id resolves the way sglang resolves it: a draft's ``--speculative-draft-model-path`` at
+``--speculative-draft-model-revision``, a target's ``--model-path`` at ``--revision`` from
+``--download-dir`` when given; the same cache, the same revision (a branch or tag through ``refs/``,
+or a commit hash). ``inspect`` and ``check`` never download; the serving plan may, as the builtin
+would, unless ``HF_HUB_OFFLINE`` is set.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ..checkpoint_files import MAX_CONFIG_BYTES, describe, printable, read_bound
 from ..errors import InvalidCheckpointError
 
 CONFIG = "config.json"
+DRAFT_REVISION_FLAG = "--speculative-draft-model-revision"
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _COMMIT_HASH = re.compile(r"[0-9a-f]{40}")
@@ -25,10 +27,20 @@ MAX_REF_BYTES = 256
 
 
 def resolve_checkpoint(
-    path_or_hub_id: str | os.PathLike[str], revision: str | None = None, *, download: bool = False
+    path_or_hub_id: str | os.PathLike[str],
+    revision: str | None = None,
+    *,
+    download: bool = False,
+    cache_dir: str | None = None,
+    allow_patterns: list[str] | None = None,
+    flag: str = DRAFT_REVISION_FLAG,
 ) -> Path:
     """A local checkpoint folder for a path or a hub id at ``revision`` (default ``main``; a local path
-    has none); with ``download``, a revision missing from the cache is fetched unless ``HF_HUB_OFFLINE``."""
+    has none), the one resolver of drafts and targets alike.
+
+    A hub id is looked up in ``cache_dir`` (sglang's ``--download-dir``), else the Hugging Face cache;
+    with ``download``, a revision missing there is fetched (only the files ``allow_patterns`` match,
+    all without) unless ``HF_HUB_OFFLINE``. ``flag`` is the option a malformed revision came from."""
     if not isinstance(path_or_hub_id, (str, os.PathLike)):
         raise InvalidCheckpointError(
             f"checkpoint must be a folder path or a hub id, got {path_or_hub_id!r}; "
@@ -52,7 +64,13 @@ def resolve_checkpoint(
             where=printable(text),
         )
     if _HUB_ID.match(text):  # org/name; a relative path like ./x or ~/x does not match
-        return _from_hf_cache(text, _revision(revision), download and not hub_offline())
+        return _from_hf_cache(
+            text,
+            _revision(revision, flag),
+            download and not hub_offline(),
+            allow_patterns=allow_patterns,
+            cache_dir=cache_dir,
+        )
     raise InvalidCheckpointError(
         f"checkpoint {printable(repr(text), 200)} does not exist; pass a local folder holding config.json, "
         "or a hub id (org/name) already in the local Hugging Face cache.",
@@ -126,7 +144,7 @@ def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
 
 
-def _revision(revision: str | None, flag: str = "--speculative-draft-model-revision") -> str:
+def _revision(revision: str | None, flag: str = DRAFT_REVISION_FLAG) -> str:
     if revision is None:
         return "main"
     if not isinstance(revision, str) or not re.fullmatch(r"[\w.\-/]{1,200}", revision) or ".." in revision:
@@ -143,23 +161,11 @@ def is_hub_id(text: str) -> bool:
     return bool(_HUB_ID.match(text))
 
 
-def hub_snapshot(
-    repo_id: str,
-    revision: str | None,
-    *,
-    flag: str,
-    allow_patterns: list[str],
-    cache_dir: str | None = None,
-) -> Path:
-    """The cached snapshot of ``repo_id`` at ``revision`` with the files ``allow_patterns`` match, fetched
-    as sglang fetches them unless ``HF_HUB_OFFLINE``; ``cache_dir`` is sglang's ``--download-dir``."""
-    return _from_hf_cache(
-        repo_id,
-        _revision(revision, flag),
-        not hub_offline(),
-        allow_patterns=allow_patterns,
-        cache_dir=cache_dir,
-    )
+def _fetch_command(repo_id: str, revision: str, cache_dir: str | None) -> str:
+    """The download that puts ``repo_id`` at ``revision`` where the lookup reads it."""
+    at = "" if revision == "main" else f" --revision {revision}"
+    into = "" if cache_dir is None else f" --cache-dir {cache_dir}"
+    return f"{hub_cli()} download {repo_id}{at}{into}"
 
 
 def _from_hf_cache(
@@ -172,7 +178,7 @@ def _from_hf_cache(
 ) -> Path:
     cache = cache_dir or _hf_hub_cache()
     at = "" if revision == "main" else f" at revision {revision!r}"
-    fetch = f"{hub_cli()} download {repo_id} (or pass a local folder)"
+    fetch = _fetch_command(repo_id, revision, cache_dir) + " (or pass a local folder)"
     if not _COMMIT_HASH.fullmatch(revision):
         check_cache_files(cache, repo_id, revision)
     try:
@@ -209,10 +215,10 @@ def _from_hf_cache(
 
 __all__ = [
     "CONFIG",
+    "DRAFT_REVISION_FLAG",
     "MAX_REF_BYTES",
     "check_cache_files",
     "hub_offline",
-    "hub_snapshot",
     "is_hub_id",
     "resolve_checkpoint",
 ]

@@ -27,14 +27,15 @@ from typing import TYPE_CHECKING, Any
 
 from ..architectures import SGLANG_BUNDLED_DSPARK
 from ..census.dialects import DEEPSEEK_STAGE_SIGNAL
-from ..census.locate import CONFIG, hub_snapshot, is_hub_id
+from ..census.locate import CONFIG
 from ..census.rules import SGLANG_BUNDLE_KEYS
-from ..checkpoint_files import MAX_CONFIG_BYTES, is_dir, printable, read_json, regular_file
+from ..checkpoint_files import printable, regular_file
 from ..draft_config import DflashCfg
 from ..errors import InvalidCheckpointError, UnsupportedCheckpointError
 from ..harvest import ENV_VAR, DsparkHarvest, Resolution
 from .layout import DSPARK, Layout
 from .refusals import ALGORITHM, ServeRefusal, require_mask_token
+from .target_checkpoint import CONFIG_PATTERNS, TargetCheckpoint
 
 if TYPE_CHECKING:
     from .request import LaunchRequest, SglangSupport
@@ -42,9 +43,9 @@ if TYPE_CHECKING:
 KEYS, SUBFOLDER = "dspark_keys", "dspark_subfolder"
 SUBFOLDER_NAME = "dspark"
 DRAFT_FLAG = "--speculative-draft-model-path"
-HUB_PATTERNS = ["*.json", f"{SUBFOLDER_NAME}/*"]
-"""What the plan takes of a hub target: its configs and shard index (the census reads names, not
-weights) and the ``dspark/`` files sglang itself fetches for a subfolder draft."""
+HUB_PATTERNS = [*CONFIG_PATTERNS, f"{SUBFOLDER_NAME}/*"]
+"""What the plan takes of a hub target that may bundle the draft: its configs and shard index (the
+census reads names, not weights) and the ``dspark/`` files sglang itself fetches for a subfolder draft."""
 
 
 @dataclass(frozen=True)
@@ -79,47 +80,70 @@ def same_path(a: Any, b: Any) -> bool:
     return os.path.abspath(os.path.expanduser(str(a))) == os.path.abspath(os.path.expanduser(str(b)))
 
 
-def find_bundled_draft(
-    request: LaunchRequest, support: SglangSupport
-) -> tuple[BundledDraft, tuple[str, ...]]:
-    """The bundled draft of a launch that names none, and any advice; refused where sglang finds none."""
-    target = request.target
-    if not target:
-        raise _no_draft("the launch names no --model-path either", ())
-    folder = _target_folder(target, request)
-    config = read_json(folder / CONFIG, "target config", MAX_CONFIG_BYTES, "fix the target's config.json.")
-    config = config if isinstance(config, dict) else {}
-    keys = [k for k in SGLANG_BUNDLE_KEYS if config.get(k) is not None]
-    sub = folder / SUBFOLDER_NAME
+def _places(target: TargetCheckpoint) -> tuple[tuple[str, ...], Path | None]:
+    """Where ``target`` bundles a draft: the ``dspark_*`` keys its config.json carries, and its
+    ``dspark/`` folder when that holds a config.json (``None`` otherwise)."""
+    keys = tuple(k for k in SGLANG_BUNDLE_KEYS if target.config.get(k) is not None)
+    sub = target.folder / SUBFOLDER_NAME
     fix = f"remove it, or pass {DRAFT_FLAG}."
-    has_sub = regular_file(sub / CONFIG, "bundled draft config", fix) is not None
+    return keys, (sub if regular_file(sub / CONFIG, "bundled draft config", fix) is not None else None)
+
+
+def _draft_in(target: TargetCheckpoint, form: str) -> BundledDraft:
+    """The draft sglang's DSPARK takes from ``target`` in ``form`` (KEYS: the target itself)."""
+    if form == KEYS:
+        folder = str(target.folder)
+        return BundledDraft(KEYS, target.name, target.name, folder, target.revision, target.architecture)
+    sub = str(target.folder / SUBFOLDER_NAME)
+    if target.hub:
+        return BundledDraft(SUBFOLDER, sub, f"{target.name}/{SUBFOLDER_NAME}", sub)
+    draft = os.path.join(target.name, SUBFOLDER_NAME)  # sglang's own join, on the path as given
+    return BundledDraft(SUBFOLDER, draft, draft, sub)
+
+
+def newest_bundled_draft(target: TargetCheckpoint) -> BundledDraft | None:
+    """The draft bundled in ``target`` as the newest sglang finds it (keys first, then ``dspark/``)."""
+    keys, sub = _places(target)
     if keys:
-        archs = config.get("architectures")
-        arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
-        found = BundledDraft(KEYS, target, target, str(folder), request.revision, arch)
+        return _draft_in(target, KEYS)
+    return None if sub is None else _draft_in(target, SUBFOLDER)
+
+
+def find_bundled_draft(
+    request: LaunchRequest, target: TargetCheckpoint | None, support: SglangSupport
+) -> tuple[BundledDraft, tuple[str, ...]]:
+    """The bundled draft of a launch that names none (``target``: ``load_target`` of it), and any
+    advice; refused where sglang finds none."""
+    if target is None:
+        why = (
+            "the launch names no --model-path either"
+            if not request.target
+            else f"the target {printable(request.target)} is neither a local folder nor a hub id"
+        )
+        raise _no_draft(why, ())
+    keys, sub = _places(target)
+    if keys:
         ignored = f"{printable(sub)} is not served: sglang takes the dspark_* keys of the target first"
-        return found, ((ignored,) if has_sub and support.dspark_subfolder else ())
-    if has_sub and support.dspark_subfolder:
-        local = is_dir(target, "target")
-        draft = os.path.join(target if local else str(folder), SUBFOLDER_NAME)  # sglang's own join
-        name = os.path.join(target, SUBFOLDER_NAME) if local else f"{target}/{SUBFOLDER_NAME}"
-        return BundledDraft(SUBFOLDER, draft, name, str(sub)), ()
-    if has_sub:
+        return _draft_in(target, KEYS), ((ignored,) if sub and support.dspark_subfolder else ())
+    if sub is not None and support.dspark_subfolder:
+        return _draft_in(target, SUBFOLDER), ()
+    if sub is not None:
         raise ServeRefusal(
-            f"{ALGORITHM}: the launch names no draft and the target {printable(target)} holds one in its "
-            f"{SUBFOLDER_NAME}/ subfolder ({printable(sub / CONFIG)}), but sglang {support.version}'s DSPARK "
-            "does not look there (its handler knows only the dspark_* keys of the target's config.json; "
-            'sglang 0.5.23 looks in dspark/ too), so the builtin refuses this launch as well ("DSpark '
-            f'dense speculative decoding requires setting {DRAFT_FLAG}"). Pass {DRAFT_FLAG} '
+            f"{ALGORITHM}: the launch names no draft and the target {printable(target.name)} holds one in "
+            f"its {SUBFOLDER_NAME}/ subfolder ({printable(sub / CONFIG)}), but sglang {support.version}'s "
+            "DSPARK does not look there (its handler knows only the dspark_* keys of the target's "
+            "config.json; sglang 0.5.23 looks in dspark/ too), so the builtin refuses this launch as well "
+            f'("DSpark dense speculative decoding requires setting {DRAFT_FLAG}"). Pass {DRAFT_FLAG} '
             f"{printable(sub)}, or serve with sglang 0.5.23 or later.",
             kind="unsupported",
             where=DRAFT_FLAG,
         )
-    places = (
-        f"{printable(folder / CONFIG)} has none of the dspark_* keys ({', '.join(SGLANG_BUNDLE_KEYS)})",
-        *(() if not support.dspark_subfolder else (f"{printable(sub / CONFIG)} does not exist",)),
-    )
-    raise _no_draft("; ".join(places), places)
+    places = [
+        f"{printable(target.folder / CONFIG)} has none of the dspark_* keys ({', '.join(SGLANG_BUNDLE_KEYS)})"
+    ]
+    if support.dspark_subfolder:
+        places.append(f"{printable(target.folder / SUBFOLDER_NAME / CONFIG)} does not exist")
+    raise _no_draft("; ".join(places), tuple(places))
 
 
 def _no_draft(why: str, places: tuple[str, ...]) -> InvalidCheckpointError:
@@ -128,21 +152,6 @@ def _no_draft(why: str, places: tuple[str, ...]) -> InvalidCheckpointError:
         f"{ALGORITHM} needs a draft checkpoint and the launch names none; it{looked}{why}. Pass "
         f"{DRAFT_FLAG} DRAFT (a local directory, or a hub id sglang downloads unless HF_HUB_OFFLINE is set).",
         where=DRAFT_FLAG,
-    )
-
-
-def _target_folder(target: str, request: LaunchRequest) -> Path:
-    """The target's local folder: the path itself, or its hub snapshot at ``--revision``."""
-    if is_dir(target, "target"):
-        return Path(target).expanduser()
-    if not is_hub_id(target):
-        raise _no_draft(f"the target {printable(target)} is neither a local folder nor a hub id", ())
-    return hub_snapshot(
-        target,
-        request.revision,
-        flag="--revision",
-        allow_patterns=HUB_PATTERNS,
-        cache_dir=request.download_dir,
     )
 
 
@@ -201,9 +210,11 @@ __all__ = [
     "KEYS",
     "SUBFOLDER",
     "SUBFOLDER_NAME",
+    "HUB_PATTERNS",
     "BundledDraft",
     "check_bundled_head",
     "find_bundled_draft",
+    "newest_bundled_draft",
     "require_finding_builtin",
     "same_path",
 ]

@@ -20,6 +20,7 @@ from ..geometry import BLOCK_SIZE_FLAGS, RoundGeometry, build_manifest
 from ..harvest import ENV_VAR, DsparkHarvest, Resolution
 from ..tensor_headers import content_fingerprint, tensor_headers
 from .bundled import (
+    HUB_PATTERNS,
     KEYS,
     BundledDraft,
     check_bundled_head,
@@ -44,6 +45,7 @@ from .request import (
     SglangSupport,
     flag_field,
 )
+from .target_checkpoint import TargetCheckpoint, load_target
 from .width import served_block_size
 
 ZERO_MARKOV_HEAD = (1, "vanilla")
@@ -175,6 +177,7 @@ class _Draft:
     block_size_source: str
     bundled: BundledDraft | None
     advice: tuple[str, ...]
+    target: TargetCheckpoint | None  # the launch's target at its --revision, read once
 
 
 def _resolve(request: LaunchRequest, support: SglangSupport) -> _Draft:
@@ -185,11 +188,13 @@ def _resolve(request: LaunchRequest, support: SglangSupport) -> _Draft:
     try:
         bundled: BundledDraft | None = None
         advice: tuple[str, ...] = ()
+        # a hub id resolves as sglang resolves it: same cache and revision, downloaded unless offline
         if request.draft:
-            # a hub id resolves as sglang resolves it: same cache and revision, downloaded unless offline
             cfg = census(request.draft, request.draft_revision, download=True)
+            target = load_target(request)
         else:
-            bundled, advice = find_bundled_draft(request, support)
+            target = load_target(request, HUB_PATTERNS)
+            bundled, advice = find_bundled_draft(request, target, support)
             cfg = census(bundled.folder)
         environ = {} if request.harvest_env is None else {ENV_VAR: request.harvest_env}
         resolution = DsparkHarvest.explain(cfg, environ=environ)
@@ -200,7 +205,7 @@ def _resolve(request: LaunchRequest, support: SglangSupport) -> _Draft:
         geometry = RoundGeometry(resolution.harvest, cast(int, block_size))
     except DsparkHarvestError as err:
         raise as_serve_refusal(err) from err
-    return _Draft(cfg, resolution, geometry, source, bundled, advice)
+    return _Draft(cfg, resolution, geometry, source, bundled, advice, target)
 
 
 def make_plan(request: LaunchRequest, support: SglangSupport) -> ServePlan:
@@ -214,10 +219,10 @@ def make_plan(request: LaunchRequest, support: SglangSupport) -> ServePlan:
         refuse_disaggregation(request, layout, support)
         served = served_block_size(request, trained, layout, cfg.path)
         geometry = trained if served == trained.block_size else RoundGeometry(trained.harvest, served)
-        refuse_uncapturable(request, cfg)
+        refuse_uncapturable(draft.target, cfg)
         headers = tensor_headers(cfg.path)  # read once: the loader-layout check and the fingerprint
         if bundled is None or bundled.form != KEYS:  # a dspark_keys head: check_bundled_head
-            check_servable(cfg, layout, resolution, request.target, support, list(headers))
+            check_servable(cfg, layout, resolution, draft.target, support, list(headers))
     except DsparkHarvestError as err:
         raise as_serve_refusal(err) from err
     manifest = build_manifest(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..architectures import DSPARK_ARCHITECTURES, SGLANG_BUILDS, SGLANG_DSPARK_ARM
-from ..capture import target_layer_count, target_vocab_size, uncapturable_message
+from ..capture import uncapturable_message
 from ..census.families import pattern_family
 from ..draft_config import DflashCfg
 from ..errors import DsparkHarvestError, InvalidCheckpointError, UnsupportedCheckpointError
@@ -21,6 +21,7 @@ from .servability import servability, unloadable_layout
 
 if TYPE_CHECKING:
     from .request import LaunchRequest, SglangSupport
+    from .target_checkpoint import TargetCheckpoint
 
 ALGORITHM = "DSPARK_HARVEST"
 """The name users pass to ``--speculative-algorithm``."""
@@ -85,24 +86,23 @@ def refuse_disaggregation(request: LaunchRequest, layout: Layout, support: Sglan
     )
 
 
-def refuse_uncapturable(request: LaunchRequest, cfg: DflashCfg) -> None:
-    """Refuse a drafter whose target layers sglang cannot capture from this target (before any load).
+def refuse_uncapturable(target: TargetCheckpoint | None, cfg: DflashCfg) -> None:
+    """Refuse a drafter whose target layers sglang cannot capture from this target (before any load);
+    ``target`` is the launch's, at its ``--revision`` (``load_target``).
 
     sglang would fail at the first decode round ("DFLASH target_hidden feature dim mismatch").
     """
 
-    if not cfg.target_layer_ids or request.target is None:
+    if not cfg.target_layer_ids or target is None or target.num_layers is None:
         return
-    architecture, layers = target_layer_count(request.target)
-    if layers is None:
-        return
+    architecture, layers = target.architecture, target.num_layers
     why = uncapturable_message(
         cfg.target_layer_ids, layers, where=f"{cfg.path}/config.json", target_architecture=architecture
     )
     if why:
         raise ServeRefusal(
-            f"{ALGORITHM}: sglang cannot serve this drafter with target {request.target} ({architecture}, "
-            f"{layers} layers): {why}",
+            f"{ALGORITHM}: sglang cannot serve this drafter with target {target.describe()} "
+            f"({architecture}, {layers} layers in {target.folder / 'config.json'}): {why}",
             kind="unsupported",
             where="target_layer_ids",
         )
@@ -149,18 +149,18 @@ def _require_markov_head_type(cfg: DflashCfg) -> None:
     )
 
 
-def _require_target_vocabulary(cfg: DflashCfg, target: str | None) -> None:
+def _require_target_vocabulary(cfg: DflashCfg, target: TargetCheckpoint | None) -> None:
     """The DSPARK Markov head (the zero head too) is sized from the draft's vocabulary and biases the
     target's logits: the two sizes must be equal, or sglang fails at the first draft step."""
 
     if target is None or cfg.vocab_size is None:
         return
-    target_vocab = target_vocab_size(target)
+    target_vocab = target.vocab_size
     if target_vocab is None or target_vocab == cfg.vocab_size:
         return
     raise ServeRefusal(
         f"{ALGORITHM}: the draft {cfg.path} has a vocabulary of {cfg.vocab_size} tokens "
-        f"(config.json vocab_size) but the target {target} has {target_vocab} (its config.json "
+        f"(config.json vocab_size) but the target {target.describe()} has {target_vocab} (its config.json "
         "vocab_size). The dspark arm's Markov head is sized from the draft's vocabulary and is added to "
         "the target's logits, so sglang would fail at the first draft step. Serve this drafter with the "
         f"target it was trained for (a {cfg.vocab_size}-token vocabulary), or a drafter trained for this "
@@ -189,13 +189,14 @@ def check_servable(
     cfg: DflashCfg,
     layout: Layout,
     resolution: Resolution,
-    target: str | None,
+    target: TargetCheckpoint | None,
     support: SglangSupport,
     tensor_names: list[str] | None = None,
 ) -> None:
     """Refuse, before any model loads, a draft the builtin's worker would refuse after the target loaded:
     the layout this sglang lacks; for DSPARK the mask token, the architecture, the Markov head's type
-    and the vocabulary against the target's; for DFLASH a DSpark-named drafter with a Markov head."""
+    and the vocabulary against the target's (``load_target``; None: not read); for DFLASH a
+    DSpark-named drafter with a Markov head."""
     _require_layout(cfg, layout, resolution, support)
     _require_buildable(cfg, resolution, support, tensor_names)
     architectures = architectures_of(cfg)
