@@ -18,6 +18,7 @@ from .draft_config import TIER_EXPLICIT, TIER_INFO, TIER_STRUCTURAL
 from .errors import DsparkHarvestError
 
 TIER_NAMES = {TIER_EXPLICIT: "explicit", TIER_STRUCTURAL: "structural", TIER_INFO: "info"}
+DRAFT_FLAG = "--speculative-draft-model-path"
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -40,16 +41,41 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def inspect_checkpoint(path: str, environ: dict[str, str] | None = None) -> dict[str, Any]:
     """The ``--json`` report of ``path``; raises the typed errors on a refusal.
 
+    A target that bundles its draft (``dspark_*`` keys in its config.json, or a ``dspark/`` subfolder)
+    is reported as that draft, with ``bundled`` saying where sglang's DSPARK finds it and
+    ``servability`` what each sglang release serves with no ``--speculative-draft-model-path``.
     A config without a block size still gets its harvest: the geometry fields that need the width
     are ``null`` and ``manifest`` is ``null`` (sglang takes the width from its block-size flag).
     """
     from .capture import uncapturable_message
     from .census import census
-    from .geometry import BLOCK_SIZE_FLAGS, RoundGeometry, build_manifest
     from .harvest import DsparkHarvest
 
-    cfg = census(path)
+    found = _bundled_in(path)
+    cfg = census(path if found is None else found[1].folder)
     resolution = DsparkHarvest.explain(cfg, environ=environ)
+    geometry_json, manifest = _geometry(cfg, resolution)
+    unservable = None
+    if cfg.num_target_layers is not None and cfg.target_layer_ids is not None:
+        architecture = None if found is None else found[1].target_architecture
+        why = uncapturable_message(
+            cfg.target_layer_ids, cfg.num_target_layers, target_architecture=architecture
+        )
+        unservable = why or None
+    report = _report(cfg, resolution, geometry_json, manifest, unservable)
+    if found is None:
+        served = _servability(cfg, resolution.harvest)
+        return {**report, "servability": [s.to_json() for s in served], "bundled": None}
+    target, bundled = found
+    served, advice = _bundled_servability(target, environ)
+    report["warnings"] += [a for a in advice if a not in report["warnings"]]
+    return {**report, "servability": [s.to_json() for s in served], "bundled": _bundled_json(path, bundled)}
+
+
+def _geometry(cfg: Any, resolution: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The round geometry's report fields and the manifest (``None`` without a block size)."""
+    from .geometry import BLOCK_SIZE_FLAGS, RoundGeometry, build_manifest
+
     if cfg.block_size is None:
         geometry_json: dict[str, Any] = {
             "harvest": resolution.harvest.name(),
@@ -58,17 +84,67 @@ def inspect_checkpoint(path: str, environ: dict[str, str] | None = None) -> dict
             "first_row": resolution.harvest.first_row(),
             **dict.fromkeys(("n_drafts", "gamma", "verify_window", "harvested_rows", "trained_offsets")),
         }
-        manifest = None
-    else:
-        geometry = RoundGeometry(resolution.harvest, cfg.block_size)
-        geometry_json = geometry.to_json()
-        manifest = build_manifest(geometry, resolution, cfg, producer="inspect")
-    unservable = None
-    if cfg.num_target_layers is not None and cfg.target_layer_ids is not None:
-        unservable = uncapturable_message(cfg.target_layer_ids, cfg.num_target_layers) or None
+        return geometry_json, None
+    geometry = RoundGeometry(resolution.harvest, cfg.block_size)
+    return geometry.to_json(), build_manifest(geometry, resolution, cfg, producer="inspect")
+
+
+def _bundled_in(path: str) -> tuple[Any, Any] | None:
+    """``(target, bundled draft)`` when ``path`` is a target bundling its draft where sglang's DSPARK
+    finds one (the newest release's rule: ``dspark_*`` keys first, then ``dspark/``); never downloads."""
+    from .serving.bundled import newest_bundled_draft
+    from .serving.request import LaunchRequest
+    from .serving.target_checkpoint import load_target
+
+    try:
+        target = load_target(LaunchRequest(draft=None, target=path), download=False)
+    except DsparkHarvestError:
+        return None  # the census says what is wrong with the folder, as for any draft
+    bundled = None if target is None else newest_bundled_draft(target)
+    return None if bundled is None else (target, bundled)
+
+
+def _bundled_servability(target: Any, environ: dict[str, str] | None) -> tuple[tuple[Any, ...], list[str]]:
+    """What each tested sglang release serves for a launch of ``target`` with no draft path: the serving
+    plan itself decides (its refusal is the reason), and the advice it would log."""
+    from .architectures import SGLANG_VERSIONS
+    from .harvest import ENV_VAR
+    from .serving import LaunchRequest, SglangSupport, make_plan
+    from .serving.servability import Servability
+    from .validation import require_environ
+
+    env = require_environ(environ, "inspect_checkpoint(environ=...)").get(ENV_VAR)
+    request = LaunchRequest(draft=None, target=str(target.folder), harvest_env=env)  # local: no download
+    served, advice = [], []
+    for version in SGLANG_VERSIONS:
+        try:
+            plan = make_plan(request, SglangSupport.for_version(version))
+        except DsparkHarvestError as err:
+            served.append(Servability(version, None, None, err.message))
+            continue
+        bundled = plan.bundled
+        assert bundled is not None  # a launch without a draft path plans the bundled draft or refuses
+        how = f"the {bundled.describe()}, loaded as {plan.architectures[0]}"
+        served.append(Servability(version, plan.builtin, plan.layout.sample_from_anchor, how))
+        advice += [a for a in plan.advice if a not in advice]
+    return tuple(served), advice
+
+
+def _bundled_json(path: str, bundled: Any) -> dict[str, Any]:
+    """Where the bundled draft lives and which tested releases look for it there."""
+    from .architectures import SGLANG_VERSIONS
+    from .serving.bundled import KEYS
+    from .serving.request import SglangSupport
+
+    looks = [
+        v for v in SGLANG_VERSIONS if bundled.form == KEYS or SglangSupport.for_version(v).dspark_subfolder
+    ]
     return {
-        **_report(cfg, resolution, geometry_json, manifest, unservable),
-        "servability": [s.to_json() for s in _servability(cfg, resolution.harvest)],
+        "form": bundled.form,
+        "target": path,
+        "checkpoint": bundled.folder,
+        "draft_path": bundled.draft,
+        "found_by": looks,
     }
 
 
@@ -124,9 +200,23 @@ def _value(value: Any, limit: int = 48) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _bundled_lines(bundled: dict[str, Any] | None) -> list[str]:
+    """The target and where its bundled draft lives (nothing for a draft inspected by its own path)."""
+    if bundled is None:
+        return []
+    where = "its config.json's dspark_* keys" if bundled["form"] == "dspark_keys" else "its dspark/ subfolder"
+    found_by = f"sglang {', '.join(bundled['found_by'])}" if bundled["found_by"] else "no tested sglang"
+    return [
+        f"target         {bundled['target']}",
+        f"bundled        {bundled['form']}: a draft in the target ({where}), found with no {DRAFT_FLAG} "
+        f"by {found_by}",
+    ]
+
+
 def format_report(report: dict[str, Any]) -> str:
     """The human-readable form of an ``inspect`` report."""
     lines = [
+        *_bundled_lines(report.get("bundled")),
         f"checkpoint     {report['checkpoint']}",
         f"architecture   {report['architecture'] or '(none)'}",
         "",

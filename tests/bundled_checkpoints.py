@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -115,8 +116,17 @@ def hub_cache(root: Path, repo: str, revisions: dict[str, tuple[str, Path]]) -> 
     return root
 
 
+TARGETS: dict[str, Callable[[Path], Path]] = {
+    "dspark_subfolder": lambda out: subfolder_target(out, "drafter-dspark-markov"),
+    "dspark_keys": keys_target,
+    "no_draft": lambda out: subfolder_target(out, None),
+}
+"""Named targets (the docs' examples write them as ``targets/NAME``): one of each form, and none."""
+
+
 __all__ = [
     "DSPARK_KEYS",
+    "TARGETS",
     "HIDDEN",
     "LAYERS",
     "RANK",

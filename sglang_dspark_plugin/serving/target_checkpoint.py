@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..bounds import MAX_CONFIG_MEMBERS
 from ..capture import target_layer_count, target_vocab_size
 from ..census.locate import CONFIG, is_hub_id, resolve_checkpoint
 from ..checkpoint_files import MAX_CONFIG_BYTES, is_dir, read_json
@@ -75,7 +76,8 @@ def load_target(
         allow_patterns=CONFIG_PATTERNS if allow_patterns is None else allow_patterns,
         flag=REVISION_FLAG,
     )
-    config = read_json(folder / CONFIG, "target config", MAX_CONFIG_BYTES, "fix the target's config.json.")
+    fix = "fix the target's config.json."
+    config = read_json(folder / CONFIG, "target config", MAX_CONFIG_BYTES, fix, MAX_CONFIG_MEMBERS)
     return TargetCheckpoint(
         target, request.revision, folder, not local, config if isinstance(config, dict) else {}
     )
