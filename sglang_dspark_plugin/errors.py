@@ -75,6 +75,11 @@ class InvalidCheckpointError(DsparkHarvestError, ValueError):
     kind = "invalid"
 
 
+class HubDownloadError(InvalidCheckpointError):
+    """A hub checkpoint missing from the cache whose download failed (no network, no access); sglang,
+    which downloads it again, reports what stops it."""
+
+
 class GeometryError(InvalidCheckpointError):
     """A block width that yields no draft, or a width that contradicts the resolved geometry."""
 
@@ -121,6 +126,7 @@ __all__ = [
     "CensusConflictError",
     "UnsupportedCheckpointError",
     "InvalidCheckpointError",
+    "HubDownloadError",
     "GeometryError",
     "MissingBlockSizeError",
     "UsageError",

@@ -128,3 +128,35 @@ def test_a_hub_target_resolves_to_the_snapshot_of_its_revision(cache) -> None:
     assert found is not None and found.hub and found.folder.name == V2
     assert found.folder.is_relative_to(root)
     assert found.num_layers == (7 if main_captures else 8)
+
+
+def test_online_a_missing_revision_is_fetched_as_sglang_fetches_it(cache, monkeypatch) -> None:
+    """Without HF_HUB_OFFLINE the plan downloads the target's configs at the launch's revision into
+    --download-dir; a download that fails (here: no network) leaves the target's checks to sglang,
+    which downloads it again, and refuses only a launch that needs the target's files to find its draft."""
+    import huggingface_hub
+
+    root, _ = cache
+    calls: list[dict] = []
+
+    def no_network(repo_id: str, **kwargs: object) -> str:
+        calls.append({"repo_id": repo_id, **kwargs})
+        raise ConnectionError("no network in this test")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", no_network)
+    plan = _plan("v3", download_dir=str(root))  # the checks are left to sglang
+    assert plan.request.revision == "v3"
+    assert calls == [
+        {
+            "repo_id": REPO,
+            "revision": "v3",
+            "local_files_only": False,
+            "cache_dir": str(root),
+            "allow_patterns": ["*.json"],
+        }
+    ]
+    with pytest.raises(DsparkHarvestError) as info:
+        make_plan(LaunchRequest(draft=None, target=REPO, revision="v3"), SUPPORT)  # its draft is in it
+    assert info.value.kind == "invalid" and "download failed" in info.value.message
+    assert calls[-1]["allow_patterns"] == ["*.json", "dspark/*"]

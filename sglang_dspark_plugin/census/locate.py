@@ -15,7 +15,7 @@ import stat
 from pathlib import Path
 
 from ..checkpoint_files import MAX_CONFIG_BYTES, describe, printable, read_bounded, regular_file, stat_path
-from ..errors import InvalidCheckpointError
+from ..errors import HubDownloadError, InvalidCheckpointError
 
 CONFIG = "config.json"
 DRAFT_REVISION_FLAG = "--speculative-draft-model-revision"
@@ -205,7 +205,8 @@ def _from_hf_cache(
             if hub_offline()
             else "inspect and check never download"
         )
-        raise InvalidCheckpointError(
+        error = HubDownloadError if download else InvalidCheckpointError
+        raise error(
             f"{repo_id!r}{at} is not a local folder and not in the local Hugging Face cache ({cache}): "
             f"{type(exc).__name__}; {how}. Fetch it first with {fetch}.",
             where=repo_id,

@@ -191,7 +191,7 @@ def _resolve(request: LaunchRequest, support: SglangSupport) -> _Draft:
         # a hub id resolves as sglang resolves it: same cache and revision, downloaded unless offline
         if request.draft:
             cfg = census(request.draft, request.draft_revision, download=True)
-            target = load_target(request)
+            target = load_target(request, optional=True)  # what the checks read; sglang loads it
         else:
             target = load_target(request, HUB_PATTERNS)
             bundled, advice = find_bundled_draft(request, target, support)

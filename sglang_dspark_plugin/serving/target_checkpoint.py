@@ -18,6 +18,7 @@ from ..bounds import MAX_CONFIG_MEMBERS
 from ..capture import target_layer_count, target_vocab_size
 from ..census.locate import CONFIG, is_hub_id, resolve_checkpoint
 from ..checkpoint_files import MAX_CONFIG_BYTES, is_dir, read_json
+from ..errors import HubDownloadError
 
 if TYPE_CHECKING:
     from .request import LaunchRequest
@@ -56,26 +57,37 @@ class TargetCheckpoint:
 
 
 def load_target(
-    request: LaunchRequest, allow_patterns: list[str] | None = None, *, download: bool = True
+    request: LaunchRequest,
+    allow_patterns: list[str] | None = None,
+    *,
+    download: bool = True,
+    optional: bool = False,
 ) -> TargetCheckpoint | None:
     """The launch's target as sglang resolves it (``allow_patterns``: the files fetched of a hub target,
     default its configs), with its config.json; ``download=False`` reads the cache only.
 
     ``None`` where the launch names no target, or one that is neither a local folder nor a hub id (sglang
-    says what it makes of it). A hub target missing from the cache offline (or whose download fails) is
-    refused, typed, naming the repo, the revision and the download that fetches it."""
+    says what it makes of it). A hub revision missing from the cache with ``HF_HUB_OFFLINE`` set is
+    refused, typed, naming the repo, the revision and the download that fetches it; so is one whose
+    download fails, unless ``optional`` (checks of the target are then left to sglang, which downloads
+    it again and says what stops it)."""
     target = request.target
     local = target is not None and is_dir(target, "target")
     if target is None or not (local or is_hub_id(target)):
         return None
-    folder = resolve_checkpoint(
-        target,
-        request.revision,
-        download=download,
-        cache_dir=request.download_dir,
-        allow_patterns=CONFIG_PATTERNS if allow_patterns is None else allow_patterns,
-        flag=REVISION_FLAG,
-    )
+    try:
+        folder = resolve_checkpoint(
+            target,
+            request.revision,
+            download=download,
+            cache_dir=request.download_dir,
+            allow_patterns=CONFIG_PATTERNS if allow_patterns is None else allow_patterns,
+            flag=REVISION_FLAG,
+        )
+    except HubDownloadError:
+        if optional:
+            return None
+        raise
     fix = "fix the target's config.json."
     config = read_json(folder / CONFIG, "target config", MAX_CONFIG_BYTES, fix, MAX_CONFIG_MEMBERS)
     return TargetCheckpoint(
