@@ -22,6 +22,14 @@ verify and decode kernels, even for its builtin algorithms.
     python scripts/gpu_validate.py --model-path TARGET --draft DRAFT --out report.json
     python scripts/gpu_validate.py --model-path TARGET --draft DRAFT --dry-run   # print the commands
 
+``--pd`` adds prefill-decode disaggregation (1P1D: a prefill server on the first GPU, a decode server on
+``--pd-decode-gpu``, sglang's transfer backend between them): the census arm's builtin pair and the
+plugin's pair, each prompt sent to both sides with one bootstrap room, as sglang's router sends it. The
+plugin's pair must serve as the builtin's (the decode side's tokens, verify rounds and accept lengths, its
+log against ``meta_info``), its decode server checking the prefill server's manifest
+(``MEMRA_DSPARK_PEER_MANIFEST``); a decode server forced to the other arm against that manifest must
+refuse to start. It needs two GPUs and a transfer backend that runs there (``--pd-transfer-backend``).
+
 ``--cpu-harness`` runs the same on this machine's CPU with the test suite's CPU patches
 (``tests/sglang/cpu_support``) and CPU engine arguments, so the script's logic runs in CI (tests/sglang/
 test_gpu_validate_cpu.py); only the CUDA-specific parts (graphs, kernels, the sync debug mode) need a GPU.
@@ -156,9 +164,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--workdir", default="gpu_validate_runs", help="server logs and manifests go here")
     p.add_argument("--out", default=None, help="write the JSON report here")
     p.add_argument("--dry-run", action="store_true", help="print the commands, launch nothing")
+    p.add_argument("--pd", action="store_true", help="also serve the census arm 1P1D (two GPUs)")
+    p.add_argument("--pd-decode-gpu", type=int, default=1, help="the decode server's --base-gpu-id")
+    p.add_argument("--pd-bootstrap-port", type=int, default=8998, help="the prefill server's bootstrap port")
+    p.add_argument(
+        "--pd-transfer-backend", default=None, help="--disaggregation-transfer-backend (both sides)"
+    )
     args = p.parse_args(argv)
     if not args.embedded and not (args.model_path and args.draft):
         p.error("--model-path and --draft are required (or --embedded for the served cases)")
+    if args.pd and (args.embedded or args.cpu_harness):
+        p.error("--pd validates a deployment on GPUs: not with --embedded or --cpu-harness")
     if args.embedded and args.cpu_harness:
         p.error(
             "--cpu-harness validates a deployment (--model-path, --draft); "
@@ -352,15 +368,112 @@ def cpu_harness() -> tuple[dict[str, str], list[str]]:
     return cpu_env(), cpu_launch_flags()
 
 
-def server_command(args: argparse.Namespace, run: Any, cpu_flags: list[str]) -> list[str]:
-    """The ``launch_server`` command line of one configuration."""
+def server_command(
+    args: argparse.Namespace, run: Any, cpu_flags: list[str], port: int | None = None
+) -> list[str]:
+    """The ``launch_server`` command line of one configuration (``port``: default ``--port``)."""
     cmd = [args.python, "-m", "sglang.launch_server", "--model-path", args.model_path]
-    cmd += ["--host", "127.0.0.1", "--port", str(args.port), "--tp-size", str(args.tp_size)]
+    cmd += ["--host", "127.0.0.1", "--port", str(port or args.port), "--tp-size", str(args.tp_size)]
     # no warm-up request: its verify rounds would sit in the plugin's log before the validation's own
     cmd += ["--log-level", "info", "--skip-server-warmup", *cpu_flags]
     if run.spec_args:
         cmd += [*run.spec_args, "--speculative-draft-model-path", args.draft]
     return cmd + shlex.split(args.extra_args)
+
+
+def pd_commands(args: argparse.Namespace, run: Any, cpu_flags: list[str]) -> tuple[list[str], list[str]]:
+    """The prefill and decode ``launch_server`` command lines of a 1P1D pair (ports ``--port`` and the
+    next one; the decode side on ``--pd-decode-gpu``)."""
+    backend = (
+        []
+        if args.pd_transfer_backend is None
+        else ["--disaggregation-transfer-backend", args.pd_transfer_backend]
+    )
+    prefill = server_command(args, run, cpu_flags) + ["--disaggregation-mode", "prefill"]
+    prefill += ["--disaggregation-bootstrap-port", str(args.pd_bootstrap_port), *backend]
+    decode = server_command(args, run, cpu_flags, args.port + 1) + ["--disaggregation-mode", "decode"]
+    return prefill, decode + ["--base-gpu-id", str(args.pd_decode_gpu), *backend]
+
+
+def pd_payloads(args: argparse.Namespace, prompt: Any, params: dict[str, Any], room: int) -> dict[str, Any]:
+    """One request of a 1P1D pair, as sglang's router sends it to both sides: the prompt and the
+    prefill server's bootstrap address and room."""
+    bootstrap = {
+        "bootstrap_host": "127.0.0.1",
+        "bootstrap_port": args.pd_bootstrap_port,
+        "bootstrap_room": room,
+    }
+    return {"text": prompt, "sampling_params": params, **bootstrap}
+
+
+def _pd_generate(
+    args: argparse.Namespace, prompts: list[Any], params: dict[str, Any], room: int
+) -> list[Any]:
+    """Every prompt to the prefill and the decode server at once (one bootstrap room each); the decode
+    side's answers, in prompt order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    prefill, decode = f"http://127.0.0.1:{args.port}", f"http://127.0.0.1:{args.port + 1}"
+    with ThreadPoolExecutor(max_workers=2 * len(prompts)) as pool:
+        jobs = []
+        for i, prompt in enumerate(prompts):
+            payload = pd_payloads(args, prompt, params, room + i)
+            jobs.append(
+                (
+                    pool.submit(_http, f"{prefill}/generate", payload),
+                    pool.submit(_http, f"{decode}/generate", payload),
+                )
+            )
+        answers = []
+        for pre, dec in jobs:
+            pre.result()  # a prefill failure is the pair's failure
+            answers.append(dec.result())
+    return answers
+
+
+def serve_pd(
+    args: argparse.Namespace,
+    run: Any,
+    cpu_flags: list[str],
+    prompts: list[Any],
+    params: dict[str, Any],
+    envs: tuple[dict[str, str], dict[str, str]],
+) -> Any:
+    """Launch a 1P1D pair (the decode side alone for ``run.decode_only``), send every prompt alone, then
+    all at once, stop both: the decode side's Outcome (its log: the decode server's)."""
+    import random
+
+    import served_cases as sc
+
+    commands = pd_commands(args, run, cpu_flags)
+    sides = ("decode",) if run.decode_only else ("prefill", "decode")
+    logs = {side: Path(args.workdir) / f"{run.name}.{side}.log" for side in sides}
+    procs: dict[str, subprocess.Popen] = {}
+    outcome = sc.Outcome(outputs=[], metas=[], log="")
+    room = random.Random(run.name).randrange(1 << 40)
+    try:
+        for side in sides:  # the decode side reads the manifest the prefill side wrote
+            command, env = (commands[0], envs[0]) if side == "prefill" else (commands[1], envs[1])
+            with open(logs[side], "w", encoding="utf-8") as log:
+                procs[side] = subprocess.Popen(
+                    command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                )
+            port = args.port if side == "prefill" else args.port + 1
+            wait_ready(f"http://127.0.0.1:{port}", procs[side], args.startup_timeout)
+        for i, prompt in enumerate(prompts):
+            out = _pd_generate(args, [prompt], params, room + 1000 * i)[0]
+            outcome.outputs.append(out["output_ids"])
+            outcome.metas.append(out["meta_info"])
+        batch = _pd_generate(args, prompts[: sc.CONCURRENT_REQUESTS], params, room + 1000 * len(prompts))
+        outcome.concurrent_outputs = [o["output_ids"] for o in batch]
+        outcome.concurrent_metas = [o["meta_info"] for o in batch]
+    finally:
+        for proc in procs.values():
+            stop_server(proc)
+        outcome.log = (
+            logs["decode"].read_text(encoding="utf-8", errors="replace") if logs["decode"].exists() else ""
+        )
+    return outcome
 
 
 def run_env(args: argparse.Namespace, run: Any) -> dict[str, str | None]:
@@ -383,7 +496,17 @@ def _dry_run(args: argparse.Namespace, runs: list[Any], arm: str | None, why: st
         assign = [f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()) if v is not None]
         prefix = f"env {' '.join(unset + assign)} " if env else ""
         print(f"# {run.name}" + (f" (the plan refuses it: {run.refusal[:120]})" if run.refusal else ""))
-        print(prefix + shlex.join(server_command(args, run, [])))
+        if not run.pd:
+            print(prefix + shlex.join(server_command(args, run, [])))
+            continue
+        prefill, decode = pd_commands(args, run, [])
+        decode_env = {**env, **run.decode_env}
+        decode_prefix = "env " + " ".join(
+            f"{k}={shlex.quote(v)}" for k, v in sorted(decode_env.items()) if v is not None
+        )
+        if not run.decode_only:
+            print(prefix + shlex.join(prefill))
+        print(decode_prefix + " " + shlex.join(decode))
     return 0
 
 
@@ -395,6 +518,8 @@ def validate_deployment(args: argparse.Namespace) -> tuple[int, dict[str, Any], 
     arm, why = census_arm(args.draft)
     version = server_sglang_version(args.python)
     runs = vd.build_runs(args.draft, args.model_path, args.extra_args, arm, version or vd.ASSUMED_VERSION)
+    if args.pd:
+        runs += vd.build_pd_runs(runs, arm, str(Path(args.workdir) / "pd-plugin-auto.manifest.json"))
     prompts = load_prompts(args.prompts)
     if args.dry_run:
         return (
@@ -414,12 +539,20 @@ def validate_deployment(args: argparse.Namespace) -> tuple[int, dict[str, Any], 
             if value is None:
                 env.pop(name, None)
         try:
-            out = serve_outcome(
-                args, run.name, server_command(args, run, cpu_flags), {}, prompts, True, "text", params, env
-            )
+            if run.pd:
+                decode_env = {
+                    **env,
+                    "MEMRA_DSPARK_MANIFEST": str(Path(args.workdir) / f"{run.name}.decode.manifest.json"),
+                }
+                decode_env.update({k: v for k, v in run.decode_env.items() if v is not None})
+                out = serve_pd(args, run, cpu_flags, prompts, params, (env, decode_env))
+            else:
+                command = server_command(args, run, cpu_flags)
+                out = serve_outcome(args, run.name, command, {}, prompts, True, "text", params, env)
             results[run.name] = vd.Served(out, out.log)
         except Exception as err:  # noqa: BLE001 - one failed configuration is reported, not fatal
-            log = (Path(args.workdir) / f"{run.name}.log").read_text(encoding="utf-8", errors="replace")
+            path = Path(args.workdir) / (f"{run.name}.decode.log" if run.pd else f"{run.name}.log")
+            log = path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
             results[run.name] = vd.Served(None, log, f"{type(err).__name__}: {err}")
         print(f"[gpu_validate] {run.name}: {results[run.name].error or 'served'}", flush=True)
     checks = vd.evaluate(runs, results, arm)
@@ -429,7 +562,8 @@ def validate_deployment(args: argparse.Namespace) -> tuple[int, dict[str, Any], 
         "prompts": len(prompts),
         "cpu_harness": bool(args.cpu_harness),
         "runs": [
-            {"name": r.name, "arm": r.arm, "args": r.spec_args, "refused_by_plan": r.refusal} for r in runs
+            {"name": r.name, "arm": r.arm, "args": r.spec_args, "refused_by_plan": r.refusal, "pd": r.pd}
+            for r in runs
         ],
         "checks": [{"check": c.name, "ok": c.ok, "detail": c.detail} for c in checks],
         "accept_lengths": vd.accept_table(runs, results),

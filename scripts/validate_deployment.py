@@ -54,6 +54,9 @@ class RunSpec:
     arm: str | None = None  # the harvest arm it serves
     plugin: bool = False
     refusal: str | None = None  # the plan refuses this arm: the server must refuse it too
+    pd: bool = False  # served by a prefill server and a decode server (1P1D), sglang's PD disaggregation
+    decode_env: dict[str, str | None] = field(default_factory=dict)  # the decode side's, over ``env``
+    decode_only: bool = False  # launch the decode side alone (it must refuse before serving)
 
 
 @dataclass
@@ -114,6 +117,67 @@ def build_runs(
         if plan is not None and auto:  # a forced arm has no builtin twin: see the module's docstring
             runs.append(RunSpec(f"builtin-{arm}", builtin_args(plan), {"MEMRA_DSPARK_HARVEST": None}, arm))
     return runs
+
+
+PD_MISMATCH = "plan differs from its prefill server's"
+"""What a decode server whose plan differs from its prefill server's manifest says when it refuses."""
+
+
+def build_pd_runs(runs: list[RunSpec], census_arm: str | None, manifest: str) -> list[RunSpec]:
+    """The 1P1D pairs of the census arm: its builtin, the plugin (the decode side checks the prefill
+    side's ``manifest``), and a decode server forced to the other arm against that manifest, which
+    must refuse to start. None where the census decides nothing or the plan refuses its arm."""
+    by_name = {r.name: r for r in runs}
+    builtin, auto = by_name.get(f"builtin-{census_arm}"), by_name.get("plugin-auto")
+    if census_arm is None or builtin is None or auto is None or auto.refusal is not None:
+        return []
+    other = next(a for a in ARMS if a != census_arm)
+    peer = {"MEMRA_DSPARK_PEER_MANIFEST": manifest}
+    prefill_env = {**auto.env, "MEMRA_DSPARK_MANIFEST": manifest}
+    forced = {**auto.env, "MEMRA_DSPARK_HARVEST": other}
+    return [
+        RunSpec(f"pd-{builtin.name}", builtin.spec_args, builtin.env, census_arm, pd=True),
+        RunSpec("pd-plugin-auto", auto.spec_args, prefill_env, census_arm, True, pd=True, decode_env=peer),
+        RunSpec(
+            f"pd-plugin-{other}-decode",
+            auto.spec_args,
+            forced,
+            other,
+            True,
+            f"the decode server's plan ({other}) differs from the prefill server's manifest ({census_arm})",
+            pd=True,
+            decode_env=peer,
+            decode_only=True,
+        ),
+    ]
+
+
+def pd_checks(runs: list[RunSpec], results: dict[str, Served], census_arm: str | None) -> list[sc.Check]:
+    """The 1P1D pairs: the plugin's pair serves as the builtin's (tokens alone and batched, the decode
+    side's verify rounds and accept lengths), its decode log agrees with ``meta_info``, and the decode
+    server forced to the other arm refuses, naming the prefill server's manifest."""
+    checks: list[sc.Check] = []
+    for run in (r for r in runs if r.pd):
+        got = results.get(run.name)
+        if got is None:
+            continue
+        if run.decode_only:
+            said = PD_MISMATCH in got.log
+            checks.append(
+                _check(
+                    f"{run.name}: refused, its plan differs from the prefill's",
+                    said and got.outcome is None,
+                    run.refusal or "",
+                )
+            )
+        elif got.outcome is None:
+            checks.append(_check(f"{run.name}: served", False, got.error or "no outcome"))
+        elif run.plugin:
+            builtin = results.get(f"pd-builtin-{census_arm}")
+            if builtin is not None and builtin.outcome is not None:
+                checks += identity_checks(f"pd {census_arm}", builtin.outcome, got.outcome)
+            checks += log_checks(run.name, got.outcome, window_gamma(got.outcome.log))
+    return checks
 
 
 # ---------------------------------------------------------------- the checks
@@ -209,7 +273,7 @@ def arm_checks(run: RunSpec, got: Served, census_arm: str | None) -> list[sc.Che
 def evaluate(runs: list[RunSpec], results: dict[str, Served], census_arm: str | None) -> list[sc.Check]:
     """Every check, as ``served_cases.Check``."""
     checks: list[sc.Check] = []
-    for run in runs:
+    for run in (r for r in runs if not r.pd):
         got = results.get(run.name)
         if got is None:
             continue
@@ -231,7 +295,7 @@ def evaluate(runs: list[RunSpec], results: dict[str, Served], census_arm: str | 
                 checks += identity_checks(str(run.arm), builtin.outcome, got.outcome)
             checks += log_checks(run.name, got.outcome, window_gamma(got.outcome.log))
             checks += arm_checks(run, got, census_arm)
-    return checks
+    return checks + pd_checks(runs, results, census_arm)
 
 
 def window_gamma(log: str) -> int | None:
@@ -309,6 +373,7 @@ __all__ = [
     "RunSpec",
     "Served",
     "accept_table",
+    "build_pd_runs",
     "build_runs",
     "evaluate",
     "information",

@@ -233,29 +233,40 @@ def test_server_accept_length_shapes() -> None:
 # No GPU here, so a small HTTP server stands in for `python -m sglang.launch_server`: it serves
 # /health, /generate and /get_server_info, resolves the harvest with the plugin's real make_plan() and
 # logs through the real AcceptTelemetry, one line per round (bs 1 alone, bs N batched). Matched
-# harvest: 2 drafts accepted per round; mismatched: 0. It has no live probe.
+# harvest: 2 drafts accepted per round; mismatched: 0. It has no live probe. Under
+# --disaggregation-mode it answers only requests carrying a bootstrap room; the prefill side runs no
+# verify round, the decode side's plan checks MEMRA_DSPARK_PEER_MANIFEST (make_plan's own check).
 FAKE_SERVER = r"""
 import json, logging, math, os, sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from sglang_dspark_plugin.census import census
 from sglang_dspark_plugin.harvest import DsparkHarvest
 from sglang_dspark_plugin.serving import LaunchRequest, SglangSupport, make_plan
+from sglang_dspark_plugin.serving.manifest import write_manifest
 from sglang_dspark_plugin.telemetry import AcceptTelemetry, TelemetrySettings
 
 logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", stream=sys.stdout)
 argv = sys.argv[1:]
 opt = lambda name: argv[argv.index(name) + 1] if name in argv else None
 algo, draft, port = opt("--speculative-algorithm"), opt("--speculative-draft-model-path"), int(opt("--port"))
+mode = opt("--disaggregation-mode")
 TOKENS = 10
 state = {"accepted": 0, "rounds": 0}
 telemetry, accept = None, None
 if algo is not None:
     trained = DsparkHarvest.explain(census(draft), environ={}).harvest
     if algo == "DSPARK_HARVEST":
-        env = os.environ.get("MEMRA_DSPARK_HARVEST")
-        request = LaunchRequest(draft=draft, target=opt("--model-path"), harvest_env=env)
-        s = make_plan(request, SglangSupport.for_version("0.5.23"))
+        given = {"speculative_draft_model_path": draft, "model_path": opt("--model-path")}
+        given["disaggregation_mode"] = mode
+        request = LaunchRequest.of(given, os.environ)
+        try:
+            s = make_plan(request, SglangSupport.for_version("0.5.23"))
+        except Exception as err:
+            print(f"DSPARK_HARVEST refused: {err}", flush=True)
+            sys.exit(1)
         print(s.describe(), flush=True)
+        if request.manifest_path:
+            write_manifest(request.manifest_path, s.manifest)
         arm = s.resolution.harvest
         settings = TelemetrySettings.from_env()
         telemetry = AcceptTelemetry(s.geometry.gamma, arm, s.resolution.source, settings=settings)
@@ -266,7 +277,7 @@ if algo is not None:
 def serve(texts):
     ids = lambda t: [len(t) + i for i in range(TOKENS)]
     outs = [{"text": "out:" + t[::-1], "output_ids": ids(t), "meta_info": {}} for t in texts]
-    if accept is None:
+    if accept is None or mode == "prefill":
         return outs
     rounds = math.ceil((TOKENS - 1) / (accept + 1))  # the first token comes from the prefill
     for _ in range(rounds):
@@ -292,6 +303,8 @@ class Handler(BaseHTTPRequestHandler):
         return self.reply({})
     def do_POST(self):
         req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if mode is not None and not isinstance(req.get("bootstrap_room"), int):
+            self.send_response(400); self.end_headers(); return
         text = req["text"]
         self.reply(serve(text) if isinstance(text, list) else serve([text])[0])
 
@@ -355,6 +368,63 @@ def test_full_run_against_a_stand_in_server(name: str, tmp_path: Path) -> None:
         "mean_common_prefix_fraction": 1.0,
     }
     assert (tmp_path / "runs" / "plugin-auto.log").read_text().count("DSPARK_HARVEST: harvest=") == 1
+
+
+def _stand_in(tmp_path: Path) -> Path:
+    server = tmp_path / "fake_server.py"
+    server.write_text(FAKE_SERVER)
+    fake_python = tmp_path / "fakepython"
+    run_server = f"{shlex.quote(sys.executable)} {shlex.quote(str(server))}"
+    fake_python.write_text(f'#!/bin/sh\n[ "$1" = "-c" ] && exit 1\nshift 2\nexec {run_server} "$@"\n')
+    fake_python.chmod(0o755)
+    return fake_python
+
+
+def test_pd_serves_the_census_arm_1p1d_and_a_mismatched_decode_server_is_refused(tmp_path: Path) -> None:
+    """--pd: the builtin's and the plugin's 1P1D pairs (every request to both sides with one bootstrap
+    room), the decode side checked against the prefill side's manifest; a decode server forced to the
+    other arm refuses, naming the difference."""
+    import json
+
+    draft = write_checkpoint(tmp_path, "zlab_dflash")
+    out = tmp_path / "report.json"
+    port = _free_port()
+    argv = [
+        "--model-path", "t", "--draft", str(draft), "--python", str(_stand_in(tmp_path)), "--port", str(port),
+        "--workdir", str(tmp_path / "runs"), "--out", str(out), "--alarm-warmup", "2", "--alarm-window", "5",
+        "--startup-timeout", "120", "--pd", "--pd-bootstrap-port", str(_free_port()),
+    ]  # fmt: skip
+    gv.main(argv)
+    report = json.loads(out.read_text())
+    checks = {c["check"]: c for c in report["checks"]}
+    pd = {n: c["ok"] for n, c in checks.items() if n.startswith(("pd ", "pd-"))}
+    assert pd["pd dflash: tokens equal the builtin's"] and pd["pd dflash: batched tokens equal the builtin's"]
+    assert pd["pd dflash: verify rounds per request equal the builtin's"]
+    assert pd["pd-plugin-auto: one logged round per verify round of each request (meta_info spec_verify_ct)"]
+    assert pd["pd-plugin-dspark-decode: refused, its plan differs from the prefill's"]
+    # the stand-in serves each HTTP request alone; sglang batches the concurrent ones a pair sends
+    assert [n for n, ok in pd.items() if not ok] == ["pd-plugin-auto: concurrent: requests were batched"]
+    runs = tmp_path / "runs"
+    assert (runs / "pd-plugin-auto.manifest.json").exists()  # written by the prefill side
+    assert (
+        "plan differs from its prefill server's" in (runs / "pd-plugin-dspark-decode.decode.log").read_text()
+    )
+    assert not (runs / "pd-plugin-dspark-decode.prefill.log").exists()  # the decode side alone
+
+
+def test_pd_dry_run_prints_both_sides_of_each_pair(tmp_path: Path) -> None:
+    draft = write_checkpoint(tmp_path, "specforge_dspark")
+    proc = dry_run("--model-path", "t", "--draft", str(draft), "--pd", "--pd-transfer-backend", "nixl")
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert (
+        text.count("--disaggregation-mode prefill") == 2 and text.count("--disaggregation-mode decode") == 3
+    )
+    assert text.count("--disaggregation-transfer-backend nixl") == 5
+    assert text.count("MEMRA_DSPARK_PEER_MANIFEST=") == 2  # the plugin's decode side and the forced one
+    assert "# pd-plugin-dflash-decode (the plan refuses it:" in text
+    bad = dry_run("--model-path", "t", "--draft", str(draft), "--pd", "--cpu-harness")
+    assert bad.returncode == 2 and "--pd" in bad.stderr
 
 
 def test_embedded_dry_run_lists_exactly_the_served_cases_runs(tmp_path: Path) -> None:
