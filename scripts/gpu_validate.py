@@ -22,6 +22,13 @@ verify and decode kernels, even for its builtin algorithms.
     python scripts/gpu_validate.py --model-path TARGET --draft DRAFT --out report.json
     python scripts/gpu_validate.py --model-path TARGET --draft DRAFT --dry-run   # print the commands
 
+Without ``--draft`` the deployment is a DSPARK draft bundled in the target, as sglang's DSPARK serves one
+that names no ``--speculative-draft-model-path`` (the target's ``dspark_*`` config keys, e.g. a DeepSeek-V4
+checkpoint with its head, or its ``dspark/`` subfolder on sglang 0.5.23): every run then launches
+without a draft path, the plugin's against the builtin's, and the plugin's must name the bundled draft:
+
+    python scripts/gpu_validate.py --model-path DEEPSEEK_V4_TARGET --tp-size 8 --out report.json
+
 ``--pd`` adds prefill-decode disaggregation (1P1D: a prefill server on the first GPU, a decode server on
 ``--pd-decode-gpu``, sglang's transfer backend between them): the census arm's builtin pair and the
 plugin's pair, each prompt sent to both sides with one bootstrap room, as sglang's router sends it. The
@@ -72,12 +79,29 @@ DEFAULT_PROMPTS = (
 )
 
 
-def census_arm(draft: str) -> tuple[str | None, str]:
-    """The arm the census resolves for the draft (MEMRA_DSPARK_HARVEST ignored), or None + why."""
+def bundled_draft(model_path: str) -> Any:
+    """The draft bundled in ``model_path`` where the newest sglang's DSPARK finds it (its ``dspark_*``
+    keys first, then its ``dspark/`` subfolder; ``serving.bundled``), or None where it bundles none."""
+    from sglang_dspark_plugin.serving.bundled import newest_bundled_draft
+    from sglang_dspark_plugin.serving.request import LaunchRequest
+    from sglang_dspark_plugin.serving.target_checkpoint import load_target
+
+    target = load_target(LaunchRequest(draft=None, target=model_path), download=False)
+    return None if target is None else newest_bundled_draft(target)
+
+
+def census_arm(draft: str | None, model_path: str | None = None) -> tuple[str | None, str]:
+    """The arm the census resolves for the draft (MEMRA_DSPARK_HARVEST ignored), or None + why;
+    ``draft`` None: the draft bundled in ``model_path``."""
     try:
         from sglang_dspark_plugin.census import census
         from sglang_dspark_plugin.harvest import DsparkHarvest
 
+        if draft is None:
+            bundled = bundled_draft(str(model_path))
+            if bundled is None:
+                return None, f"no --draft, and {model_path} bundles no DSPARK draft (dspark_* keys, dspark/)"
+            draft = bundled.folder
         cfg = census(draft)
         return DsparkHarvest.explain(cfg, environ={}).harvest.name(), ""
     except Exception as err:  # noqa: BLE001 - reported, the run decides what it can
@@ -151,7 +175,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--embedded", action="store_true", help="run the served cases on the embedded models")
     p.add_argument("--cpu-harness", action="store_true", help="serve on CPU with the test suite's patches")
     p.add_argument("--model-path", help="target model (local folder or hub id)")
-    p.add_argument("--draft", help="DFlash-family draft checkpoint")
+    p.add_argument(
+        "--draft",
+        help="DFlash-family draft checkpoint (none: the DSPARK draft bundled in the target)",
+    )
     p.add_argument("--prompts", default=None, help="file: one prompt per line, or JSON lines")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--port", type=int, default=30000)
@@ -171,8 +198,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--pd-transfer-backend", default=None, help="--disaggregation-transfer-backend (both sides)"
     )
     args = p.parse_args(argv)
-    if not args.embedded and not (args.model_path and args.draft):
-        p.error("--model-path and --draft are required (or --embedded for the served cases)")
+    if not args.embedded and not args.model_path:
+        p.error("--model-path is required, with --draft or a draft bundled in it (or --embedded)")
     if args.pd and (args.embedded or args.cpu_harness):
         p.error("--pd validates a deployment on GPUs: not with --embedded or --cpu-harness")
     if args.embedded and args.cpu_harness:
@@ -376,8 +403,10 @@ def server_command(
     cmd += ["--host", "127.0.0.1", "--port", str(port or args.port), "--tp-size", str(args.tp_size)]
     # no warm-up request: its verify rounds would sit in the plugin's log before the validation's own
     cmd += ["--log-level", "info", "--skip-server-warmup", *cpu_flags]
-    if run.spec_args:
-        cmd += [*run.spec_args, "--speculative-draft-model-path", args.draft]
+    if run.spec_args:  # no --draft: the draft bundled in the target, found by sglang's DSPARK itself
+        cmd += [*run.spec_args] + (
+            [] if args.draft is None else ["--speculative-draft-model-path", args.draft]
+        )
     return cmd + shlex.split(args.extra_args)
 
 
@@ -488,7 +517,8 @@ def run_env(args: argparse.Namespace, run: Any) -> dict[str, str | None]:
 
 
 def _dry_run(args: argparse.Namespace, runs: list[Any], arm: str | None, why: str, version: str) -> int:
-    print(f"# census arm of {args.draft}: {arm or 'unknown (' + why + ')'}")
+    draft = args.draft or f"the draft bundled in {args.model_path}"
+    print(f"# census arm of {draft}: {arm or 'unknown (' + why + ')'}")
     print(f"# sglang {version}; temperature 0, max_new_tokens {args.max_new_tokens}")
     for run in runs:
         env = run_env(args, run)
@@ -515,7 +545,7 @@ def validate_deployment(args: argparse.Namespace) -> tuple[int, dict[str, Any], 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import validate_deployment as vd
 
-    arm, why = census_arm(args.draft)
+    arm, why = census_arm(args.draft, args.model_path)
     version = server_sglang_version(args.python)
     runs = vd.build_runs(args.draft, args.model_path, args.extra_args, arm, version or vd.ASSUMED_VERSION)
     if args.pd:
@@ -559,10 +589,18 @@ def validate_deployment(args: argparse.Namespace) -> tuple[int, dict[str, Any], 
     report = {
         "sglang": version,
         "census_arm": arm,
+        "draft": args.draft or f"bundled in {args.model_path}",
         "prompts": len(prompts),
         "cpu_harness": bool(args.cpu_harness),
         "runs": [
-            {"name": r.name, "arm": r.arm, "args": r.spec_args, "refused_by_plan": r.refusal, "pd": r.pd}
+            {
+                "name": r.name,
+                "arm": r.arm,
+                "args": r.spec_args,
+                "refused_by_plan": r.refusal,
+                "pd": r.pd,
+                "bundled": r.bundled,
+            }
             for r in runs
         ],
         "checks": [{"check": c.name, "ok": c.ok, "detail": c.detail} for c in checks],

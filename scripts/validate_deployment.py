@@ -57,6 +57,7 @@ class RunSpec:
     pd: bool = False  # served by a prefill server and a decode server (1P1D), sglang's PD disaggregation
     decode_env: dict[str, str | None] = field(default_factory=dict)  # the decode side's, over ``env``
     decode_only: bool = False  # launch the decode side alone (it must refuse before serving)
+    bundled: str | None = None  # no draft path: where the plan found the draft bundled in the target
 
 
 @dataclass
@@ -68,7 +69,7 @@ class Served:
     error: str | None = None
 
 
-def request_of(draft: str, model_path: str | None, extra_args: str, arm: str | None) -> Any:
+def request_of(draft: str | None, model_path: str | None, extra_args: str, arm: str | None) -> Any:
     """The ``LaunchRequest`` of a plugin launch with these arguments (the arm forced, or the census's)."""
     from sglang_dspark_plugin.serving import LaunchRequest
 
@@ -80,7 +81,9 @@ def request_of(draft: str, model_path: str | None, extra_args: str, arm: str | N
     return LaunchRequest.of(args, {} if arm is None else {"MEMRA_DSPARK_HARVEST": arm})
 
 
-def plan_arm(draft: str, model_path: str | None, extra_args: str, arm: str, version: str) -> tuple[Any, str]:
+def plan_arm(
+    draft: str | None, model_path: str | None, extra_args: str, arm: str, version: str
+) -> tuple[Any, str]:
     """The plugin's plan for ``arm`` on sglang ``version``, or ``(None, why it refuses)``."""
     from sglang_dspark_plugin.errors import DsparkHarvestError
     from sglang_dspark_plugin.serving import SglangSupport, make_plan
@@ -102,9 +105,10 @@ def builtin_args(plan: Any) -> list[str]:
 
 
 def build_runs(
-    draft: str, model_path: str | None, extra_args: str, census_arm: str | None, version: str
+    draft: str | None, model_path: str | None, extra_args: str, census_arm: str | None, version: str
 ) -> list[RunSpec]:
-    """The configurations, in launch order."""
+    """The configurations, in launch order (``draft`` None: the draft bundled in the target, every run
+    launched without a draft path, as sglang's DSPARK serves one)."""
     runs = [RunSpec("baseline", [])]
     order = (census_arm, *(a for a in ARMS if a != census_arm)) if census_arm else ARMS
     plugin = ["--speculative-algorithm", "DSPARK_HARVEST"]
@@ -113,7 +117,8 @@ def build_runs(
         plan, why = plan_arm(draft, model_path, extra_args, arm, version)
         env: dict[str, str | None] = {"MEMRA_DSPARK_HARVEST": None if auto else arm, **VALIDATION_ENV}
         name = "plugin-auto" if auto else f"plugin-{arm}"
-        runs.append(RunSpec(name, list(plugin), env, arm, True, None if plan else why))
+        bundled = None if plan is None or plan.bundled is None else plan.bundled.describe()
+        runs.append(RunSpec(name, list(plugin), env, arm, True, None if plan else why, bundled=bundled))
         if plan is not None and auto:  # a forced arm has no builtin twin: see the module's docstring
             runs.append(RunSpec(f"builtin-{arm}", builtin_args(plan), {"MEMRA_DSPARK_HARVEST": None}, arm))
     return runs
@@ -256,6 +261,9 @@ def arm_checks(run: RunSpec, got: Served, census_arm: str | None) -> list[sc.Che
         found = sc.STARTUP_LINE.search(out.log)
         seen = found.group(1) if found else None
         checks.append(_check("auto: the census's arm resolves", seen == census_arm, f"resolved {seen}"))
+    if run.bundled is not None:  # the startup line names where the draft was found
+        line = next((ln for ln in out.log.splitlines() if sc.STARTUP_LINE.search(ln)), "")
+        checks.append(_check(f"{run.name}: serves the {run.bundled}", run.bundled in line, line[-200:]))
     if census_arm is not None:
         matched = run.arm == census_arm
         alarm = sc.ALARM_LINE in out.log

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from bundled_checkpoints import TARGETS
 from checkpoints import FIXTURES, write_checkpoint
 
 from sglang_dspark_plugin.harvest import DsparkHarvest
@@ -249,14 +250,17 @@ logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", stre
 argv = sys.argv[1:]
 opt = lambda name: argv[argv.index(name) + 1] if name in argv else None
 algo, draft, port = opt("--speculative-algorithm"), opt("--speculative-draft-model-path"), int(opt("--port"))
-mode = opt("--disaggregation-mode")
+mode, named = opt("--disaggregation-mode"), draft
+if algo is not None and draft is None:  # a draft bundled in the target: its dspark/, else its own keys
+    sub = os.path.join(opt("--model-path"), "dspark")
+    draft = sub if os.path.exists(os.path.join(sub, "config.json")) else opt("--model-path")
 TOKENS = 10
 state = {"accepted": 0, "rounds": 0}
 telemetry, accept = None, None
 if algo is not None:
     trained = DsparkHarvest.explain(census(draft), environ={}).harvest
     if algo == "DSPARK_HARVEST":
-        given = {"speculative_draft_model_path": draft, "model_path": opt("--model-path")}
+        given = {"speculative_draft_model_path": named, "model_path": opt("--model-path")}
         given["disaggregation_mode"] = mode
         request = LaunchRequest.of(given, os.environ)
         try:
@@ -410,6 +414,79 @@ def test_pd_serves_the_census_arm_1p1d_and_a_mismatched_decode_server_is_refused
         "plan differs from its prefill server's" in (runs / "pd-plugin-dspark-decode.decode.log").read_text()
     )
     assert not (runs / "pd-plugin-dspark-decode.prefill.log").exists()  # the decode side alone
+
+
+@pytest.mark.parametrize("form", ["dspark_subfolder", "dspark_keys"])
+def test_without_a_draft_every_run_serves_the_draft_bundled_in_the_target(form: str, tmp_path: Path) -> None:
+    """No --draft: the draft bundled in the target, each run launched without a draft path (the
+    builtin's too, as sglang's DSPARK finds it), the census arm read from the folder the plan censuses."""
+    target = TARGETS[form](tmp_path / "target")
+    proc = dry_run("--model-path", str(target))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == f"# census arm of the draft bundled in {target}: dspark"
+    commands = _commands(proc.stdout)
+    assert list(commands) == ["baseline", "plugin-auto", "builtin-dspark", "plugin-dflash"]
+    assert not any("--speculative-draft-model-path" in argv for argv in commands.values())
+    plan = make_plan(
+        LaunchRequest(draft=None, target=str(target)), SglangSupport.for_version(vd.ASSUMED_VERSION)
+    )
+    assert plan.bundled is not None and plan.bundled.form == form
+    launch = commands["builtin-dspark"][commands["builtin-dspark"].index("-m") :]
+    assert launch[launch.index("--speculative-algorithm") + 1] == "DSPARK"
+    for field, value in plan.declared_args.items():
+        assert launch[launch.index("--" + field.replace("_", "-")) + 1] == str(value)
+    runs = vd.build_runs(None, str(target), "", "dspark", vd.ASSUMED_VERSION)
+    auto = next(r for r in runs if r.name == "plugin-auto")
+    assert auto.bundled == plan.bundled.describe()
+    assert next(r for r in runs if r.name == "builtin-dspark").bundled is None
+    # a target that bundles nothing: no census arm, said why
+    empty = TARGETS["no_draft"](tmp_path / "empty")
+    none = dry_run("--model-path", str(empty))
+    assert none.returncode == 0 and "bundles no DSPARK draft" in none.stdout.splitlines()[0]
+    usage = subprocess.run(
+        [sys.executable, str(SCRIPT), "--dry-run"], capture_output=True, text=True, timeout=120
+    )
+    assert usage.returncode == 2 and "--model-path is required" in usage.stderr
+
+
+def test_a_bundled_deployment_against_a_stand_in_server(tmp_path: Path) -> None:
+    """The bundled draft served by the plugin and by the builtin, neither given a draft path; the
+    plugin's startup line must name the bundled draft, and a log that names another fails the check."""
+    import json
+
+    target = TARGETS["dspark_subfolder"](tmp_path / "target")
+    out = tmp_path / "report.json"
+    argv = [
+        "--model-path", str(target), "--python", str(_stand_in(tmp_path)), "--port", str(_free_port()),
+        "--workdir", str(tmp_path / "runs"), "--out", str(out), "--alarm-warmup", "2", "--alarm-window", "5",
+        "--startup-timeout", "120",
+    ]  # fmt: skip
+    gv.main(argv)
+    report = json.loads(out.read_text())
+    assert report["census_arm"] == "dspark" and report["draft"] == f"bundled in {target}"
+    checks = {c["check"]: c["ok"] for c in report["checks"]}
+    described = "plugin-auto: serves the draft bundled in the target (its dspark/ subfolder)"
+    assert checks[described] and checks["dspark: tokens equal the builtin's"]
+    assert checks["dspark: verify rounds per request equal the builtin's"]
+    assert (
+        checks["plugin-dflash: alarm raised"]
+        and checks["plugin-dflash: serves the " + described.split("serves the ")[1]]
+    )
+    assert all(ok for n, ok in checks.items() if "probe" not in n)  # the stand-in has no live probe
+    assert [r["bundled"] for r in report["runs"] if r["name"] == "plugin-auto"] == [
+        described.split("serves the ")[1]
+    ]
+    # the same run, its startup line naming the draft as a named one: the check fails
+    auto = next(
+        r
+        for r in vd.build_runs(None, str(target), "", "dspark", vd.ASSUMED_VERSION)
+        if r.name == "plugin-auto"
+    )
+    log = (tmp_path / "runs" / "plugin-auto.log").read_text()
+    named = log.replace(" (" + str(auto.bundled) + ")", "")
+    assert named != log
+    got = vd.Served(sc.Outcome([], [], named), named)
+    assert not {c.name: c.ok for c in vd.arm_checks(auto, got, "dspark")}[described]
 
 
 def test_pd_dry_run_prints_both_sides_of_each_pair(tmp_path: Path) -> None:

@@ -5,7 +5,9 @@ a DSpark-architecture drafter: on a sglang with DSPARK's mask-fill layout, the m
 (served by DSPARK with ``sample_from_anchor`` false and its gamma flag); before it, the shifted drafter
 with a Markov head (DSPARK), whose forced dflash arm the plan refuses and the server must refuse too.
 The script must pass this correct deployment, and its checks must fail once one run is swapped for
-another (a broken deployment: the plugin serving other tokens and rounds than its builtin).
+another (a broken deployment: the plugin serving other tokens and rounds than its builtin). Without
+``--draft``, a draft bundled in the target's ``dspark/`` subfolder: every run launched without a draft
+path, served by the plugin as by the builtin DSPARK where sglang looks there, refused by both where not.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import json
 import sys
 from pathlib import Path
 
-from features import MASK_FILL_DSPARK
+from bundled_checkpoints import subfolder_target
+from features import MASK_FILL_DSPARK, SUBFOLDER_DRAFT
 
 from sglang_dspark_plugin.embedded import EMBEDDED
 
@@ -85,3 +88,45 @@ def test_gpu_validate_passes_a_correct_cpu_deployment_and_fails_a_broken_one(tmp
         f"{census_arm}: verify rounds per request equal the builtin's",
         f"{census_arm}: meta_info accept lengths equal the builtin's",
     }, bad
+
+
+def test_gpu_validate_serves_a_bundled_draft_as_the_builtin_finds_it(tmp_path: Path) -> None:
+    from served import free_port
+
+    gv = _load_script()
+    target = subfolder_target(tmp_path / "target", "drafter-dspark-markov", weights=True)
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in EMBEDDED.prompts), encoding="utf-8")
+    argv = [
+        "--cpu-harness", "--model-path", str(target), "--prompts", str(prompts), "--max-new-tokens", "64",
+        "--port", str(free_port()), "--workdir", str(tmp_path / "runs"), "--alarm-warmup", "64",
+        "--alarm-window", "64", "--startup-timeout", "900",
+    ]  # fmt: skip
+    args = gv.parse_args(argv)
+    code, report, runs, results = gv.validate_deployment(args)
+    checks = {c["check"]: c["ok"] for c in report["checks"]}
+    failed = [c for c in report["checks"] if not c["ok"]]
+    assert code == 0 and not failed, failed
+    assert report["census_arm"] == "dspark"
+    for run in runs:  # the plugin's and the builtin's launches alike name no draft
+        assert "--speculative-draft-model-path" not in gv.server_command(args, run, [])
+    if not SUBFOLDER_DRAFT:  # sglang's DSPARK does not look in dspark/: the plan refuses, the server too
+        assert checks["plugin-auto: refused, as the plan refuses it"]
+        assert not any(r.name.startswith("builtin-") for r in runs)
+        assert "does not look there" in results["plugin-auto"].log
+        return
+    assert checks["plugin-auto: serves the draft bundled in the target (its dspark/ subfolder)"]
+    assert (
+        checks["dspark: tokens equal the builtin's"] and checks["dspark: batched tokens equal the builtin's"]
+    )
+    assert checks["dspark: verify rounds per request equal the builtin's"]
+    assert checks["plugin-auto: probe says matched"]
+    if MASK_FILL_DSPARK:  # the forced mask-fill arm served (DSPARK, sample_from_anchor false): caught
+        assert (
+            checks["plugin-dflash: alarm raised"]
+            and checks["plugin-dflash: probe names MEMRA_DSPARK_HARVEST=dspark"]
+        )
+    else:
+        assert checks["plugin-dflash: refused, as the plan refuses it"]
+    builtin = next(r for r in runs if r.name == "builtin-dspark")
+    assert builtin.spec_args[:2] == ["--speculative-algorithm", "DSPARK"]
