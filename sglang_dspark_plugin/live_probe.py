@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from operator import eq
 
 from . import settings as table
-from .errors import GeometryError, ProbeMismatchError, SettingsError
+from .errors import GeometryError, ProbeMismatchError
 from .harvest import DsparkHarvest
 from .live_verdict import OFFSETS, DecisionRule, LiveVerdict, decide
 from .logsafe import safe_logger
@@ -51,17 +51,14 @@ class ProbeSettings:
     on_mismatch: str = table.ON_MISMATCH.default  # "warn" or "fail"
 
     def __post_init__(self) -> None:
-        for name, setting, ok in (
+        checks = (
             ("rounds", table.PROBE_ROUNDS, is_int(self.rounds) and 0 <= self.rounds <= 10**9),
             ("every", table.PROBE_EVERY, is_int(self.every) and 0 <= self.every <= 10**6),
             ("on_mismatch", table.ON_MISMATCH, self.on_mismatch in table.ON_MISMATCH.words),
-        ):
-            if not ok:
-                raise SettingsError(
-                    f"ProbeSettings.{name} ({setting.name}) must be {setting.accepted}, "
-                    f"got {getattr(self, name)!r}.",
-                    where=f"ProbeSettings.{name}",
-                )
+        )
+        table.check_fields(
+            "ProbeSettings", self, ((n, ok, f"{s.accepted} (as {s.name})") for n, s, ok in checks)
+        )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ProbeSettings:

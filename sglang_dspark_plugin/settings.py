@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -290,6 +290,19 @@ def read_setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
     return setting.default if raw is None else setting.parse(raw)
 
 
+def check_fields(owner: str, values: object, checks: Iterable[tuple[str, bool, str]]) -> None:
+    """Refuse the first field of a settings object built in code (``owner`` its class name) whose check
+    failed: ``checks`` are ``(field, ok, what it accepts)``; the ``SettingsError`` names the field, its
+    value and what is accepted."""
+    for name, ok, expected in checks:
+        if not ok:
+            raise SettingsError(
+                f"{owner}.{name}={getattr(values, name)!r:.60} is out of range or of the wrong type; "
+                f"expected {expected}.",
+                where=f"{owner}.{name}",
+            )
+
+
 def settings_table() -> str:
     """The markdown table of every setting, as the docs hold it."""
     rows = ["| variable | default | accepted | meaning |", "|---|---|---|---|"]
@@ -314,6 +327,7 @@ __all__ = [
     "ON_MISMATCH",
     "HOST_TIMING",
     "SYNC_DEBUG",
+    "check_fields",
     "read_setting",
     "settings_table",
 ]

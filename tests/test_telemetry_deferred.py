@@ -60,13 +60,13 @@ def serve(
                 committed.append(done)
                 rows += row_of_round(drafts, done)
             rounds.verify(values)
-            sampled, needed = rounds.probe_round()
-            if needed:
+
+            def read(sampled: bool, committed=committed, rows=rows):
                 requests = [(rid, *request_anchor(outs[rid]), True) for rid in running]
                 accept = [len(c) for c in committed]
-                rounds.probe_rows(requests, committed, rows if sampled else None, accept if sampled else None)
-            else:
-                rounds.probe_rows(None)
+                return requests, committed, rows if sampled else None, accept if sampled else None, None
+
+            rounds.probe_round(read)
             for rid, done in zip(list(running), committed, strict=True):
                 outs[rid] += done
                 if len(outs[rid]) >= 90:
@@ -123,8 +123,11 @@ def test_rounds_wait_for_the_burst_and_a_finished_request_runs_it(caplog) -> Non
     rounds = DeferredRounds(telemetry, LiveProbe(DsparkHarvest.DFLASH), every=4)
     for _ in range(3):
         rounds.verify([1, 2])
-        assert rounds.probe_round() == (True, True)  # the first rounds are sampled
-        rounds.probe_rows(None)
+        read: list[bool] = []
+        assert rounds.probe_round(
+            lambda sampled, read=read: read.append(sampled) or ([], [], None, None, None)
+        )
+        assert read == [True]  # the first rounds are sampled, and read
     assert telemetry.counts.rounds == 0 and rounds.queued == 6
     rounds.verify([1])  # the 4th round: the queue runs
     assert telemetry.counts.rounds == 4 and rounds.queued == 0
@@ -136,7 +139,7 @@ def test_rounds_wait_for_the_burst_and_a_finished_request_runs_it(caplog) -> Non
 def test_without_a_probe_only_the_telemetry_is_queued() -> None:
     telemetry = AcceptTelemetry(GAMMA, DsparkHarvest.DFLASH, "census", (), settings=SETTINGS)
     rounds = DeferredRounds(telemetry, None, every=2)
-    assert rounds.probe_round() == (False, False)
+    assert not rounds.probe_round(lambda sampled: pytest.fail("no probe: nothing to read"))
     rounds.verify([1])
     rounds.finish("r0")
     assert telemetry.counts.rounds == 1 and rounds.queued == 0

@@ -240,20 +240,19 @@ class _HarvestWorkerMixin:
         rounds = self.dspark_rounds
         if rounds is None or rounds.probe is None:
             return
-        with self.dspark_work:
-            sampled, needed = rounds.probe_round()
-            if not needed:
-                rounds.probe_rows(None)
-                return
+
+        def read(sampled: bool) -> Any:
             requests = [
                 (r.rid, *request_anchor(r.output_ids), keep) for r, keep in zip(batch.reqs, live, strict=True)
             ]
-            rows = accept = block = None
-            if sampled:
-                rows, accept = result.next_token_ids.tolist(), result.accept_lens.tolist()
-                capped = getattr(result, "block_accept_lens", None)
-                block = None if capped is None else capped.tolist()
-            rounds.probe_rows(requests, committed, rows, accept, block)
+            if not sampled:
+                return requests, committed, None, None, None
+            capped = getattr(result, "block_accept_lens", None)
+            block = None if capped is None else capped.tolist()
+            return requests, committed, result.next_token_ids.tolist(), result.accept_lens.tolist(), block
+
+        with self.dspark_work:
+            rounds.probe_round(read)
 
     def note_request_finished(self, *, rid: str, natural_stop: bool) -> None:
         """sglang's end-of-request hook: the parent's work, then the queued round steps run, the

@@ -28,6 +28,15 @@ if TYPE_CHECKING:
     from ..live_probe import LiveProbe
     from .accept import AcceptTelemetry
 
+RoundSnapshot = tuple[
+    Sequence[tuple[Hashable, int, int | None, bool]],  # requests: rid, anchor position, anchor, live
+    Sequence[Sequence[int]],  # committed tokens per request
+    Sequence[int] | None,  # rows (a sampled round)
+    Sequence[int] | None,  # accept counts (a sampled round)
+    Sequence[int] | None,  # block-capped accept counts, where sglang has them
+]
+"""One round as ``live_probe.observe_round`` takes it, after the probe."""
+
 DEFER_ROUNDS = 8
 """Verify rounds queued before the queue runs (a finished request runs it sooner)."""
 
@@ -71,27 +80,20 @@ class DeferredRounds:
         if self._rounds >= self.every:
             self.run()
 
-    def probe_round(self) -> tuple[bool, bool]:
-        """Begin the probe's part of the next round: (sampled, needs the requests). Then call
-        ``probe_rows`` (it must follow) with the round's snapshot, or ``None`` where it needs none."""
+    def probe_round(self, read: Callable[[bool], RoundSnapshot]) -> bool:
+        """The probe's part of the next round: ``read(sampled)`` gives the round's snapshot as
+        ``observe_round`` takes it (``requests, committed, rows, accept, block``; the rows, accept and
+        block counts only where ``sampled``), called only where the probe needs the requests. Returns
+        whether the round is sampled."""
         probe = self.probe
         if probe is None:
-            return False, False
+            return False
         sampled = probe.samples(self._probe_index, alarm_low=self._alarm_low)
         self._probe_index += 1
         self._sampled_queued |= sampled
-        return sampled, sampled or self._sampled_queued or probe.tracking
-
-    def probe_rows(
-        self,
-        requests: Sequence[tuple[Hashable, int, int | None, bool]] | None,
-        committed: Sequence[Sequence[int]] = (),
-        rows: Sequence[int] | None = None,
-        accept: Sequence[int] | None = None,
-        block: Sequence[int] | None = None,
-    ) -> None:
-        """The round ``probe_round`` began, as ``observe_round`` takes it (``requests`` ``None``: none)."""
-        self._ops.append((_PROBE, (self._alarm_low, requests, committed, rows, accept, block)))
+        needed = sampled or self._sampled_queued or probe.tracking
+        self._ops.append((_PROBE, (self._alarm_low, read(sampled) if needed else None)))
+        return sampled
 
     def finish(self, rid: Hashable) -> None:
         """``rid`` has ended (sglang's end-of-request hook): queued, then the queue runs."""
@@ -113,10 +115,10 @@ class DeferredRounds:
                 if kind == _VERIFY:
                     telemetry.on_verify_complete(arg[0], at=arg[1])
                 elif kind == _PROBE:
-                    alarm_low, requests, committed, rows, accept, block = arg
+                    alarm_low, snapshot = arg
                     probe.begin_round(alarm_low=alarm_low)  # type: ignore[union-attr]
-                    if requests is not None:
-                        observe_round(probe, requests, committed, rows, accept, block)  # type: ignore[arg-type]
+                    if snapshot is not None:
+                        observe_round(probe, *snapshot)  # type: ignore[arg-type]
                     probe.poll()  # type: ignore[union-attr]
                 else:
                     probe.finish(arg)  # type: ignore[union-attr]
@@ -125,4 +127,4 @@ class DeferredRounds:
             self._sampled_queued = False
 
 
-__all__ = ["DEFER_ROUNDS", "DeferredRounds"]
+__all__ = ["DEFER_ROUNDS", "DeferredRounds", "RoundSnapshot"]

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import settings as table
-from ..errors import SettingsError
 from ..validation import is_int
 
 ACCEPT_LOGGER = "sglang_dspark_plugin.accept"
@@ -81,13 +80,7 @@ class TelemetrySettings:
             ("host_timing", isinstance(self.host_timing, bool), "True or False"),
             ("sync_debug", isinstance(self.sync_debug, bool), "True or False"),
         )
-        for name, ok, expected in checks:
-            if not ok:
-                raise SettingsError(
-                    f"TelemetrySettings.{name}={getattr(self, name)!r:.60} is out of range or of the wrong "
-                    f"type; expected {expected}.",
-                    where=f"TelemetrySettings.{name}",
-                )
+        table.check_fields("TelemetrySettings", self, checks)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> TelemetrySettings:
