@@ -13,10 +13,15 @@ Two measurements, both printed with their targets:
 2. **End to end** (``--part e2e``). Builtin DFLASH and DSPARK_HARVEST on the embedded mask-fill
    drafter, two ``launch_server`` processes up at once. Each repeat sends the same prompts to both, in
    alternating order (A B, then B A), and reads the CPU time of each server's whole process group
-   (scheduler, tokenizer, detokenizer, HTTP) from /proc around its own batch. The ratio is the
-   plugin's CPU seconds per token over the builtin's, the mean over ``--repeats`` (>= 10) paired
-   repeats with a bootstrap 95% interval; wall time per token is reported the same way, as
-   information. Both servers must produce the same tokens. Target: the upper bound <= 1.03.
+   (scheduler, tokenizer, detokenizer, HTTP) from /proc around its own batch. The repeats are split
+   over ``--sessions`` pairs of servers launched afresh, the launch order alternating from one
+   session to the next (plugin first, then builtin first): a server launched first can run faster
+   or slower for its whole life (one such pair differed by about 9% either way round), and
+   alternating the order puts that instance effect on both sides. The ratio is the plugin's CPU
+   seconds per token over the builtin's, the mean over ``--repeats`` (>= 10) paired repeats with a
+   two-stage bootstrap 95% interval (sessions, then repeats within them: what differs between server
+   instances widens it); each session's ratio is reported too. Wall time per token is reported the
+   same way, as information. Both servers must produce the same tokens. Target: the upper bound <= 1.03.
 
 Run it with the python of an sglang environment (scripts/setup_envs.sh); docs/telemetry.md has the
 numbers measured on this project's CPU:
@@ -71,17 +76,29 @@ def bootstrap_mean(values: Sequence[float], n: int = 10_000, seed: int = 0) -> t
 
 
 def bootstrap_ratio(
-    num: Sequence[float], den: Sequence[float], n: int = 10_000, seed: int = 0
+    num: Sequence[float],
+    den: Sequence[float],
+    n: int = 10_000,
+    seed: int = 0,
+    groups: Sequence[int] | None = None,
 ) -> tuple[float, float, float]:
     """mean(num) / mean(den) over paired repeats, and its percentile bootstrap 95% interval (the
-    repeats resampled as pairs, so drift that hits both sides of a repeat cancels)."""
+    repeats resampled as pairs, so drift that hits both sides of a repeat cancels). ``groups``: each
+    repeat's session; the sessions are then resampled first and the repeats within each drawn one
+    (a two-stage bootstrap), so that what differs between server instances widens the interval."""
     if len(num) != len(den) or not num:
         raise ValueError(f"need paired repeats, got {len(num)} and {len(den)}")
+    keys = list(range(len(num))) if groups is None else list(groups)
+    if len(keys) != len(num):
+        raise ValueError(f"need a session per repeat, got {len(keys)} for {len(num)}")
+    by_session: dict[int, list[int]] = {}
+    for i, key in enumerate(keys):
+        by_session.setdefault(key, []).append(i)
+    clusters = list(by_session.values())
     rng = random.Random(seed)
-    idx = range(len(num))
     ratios = []
     for _ in range(n):
-        pick = rng.choices(idx, k=len(num))
+        pick = [i for c in rng.choices(clusters, k=len(clusters)) for i in rng.choices(c, k=len(c))]
         ratios.append(sum(num[i] for i in pick) / sum(den[i] for i in pick))
     ratios.sort()
     return sum(num) / sum(den), ratios[int(0.025 * n)], ratios[int(0.975 * n) - 1]
@@ -194,33 +211,56 @@ def measure_e2e(args: argparse.Namespace, prompts: list[list[int]], drafters: di
     names = (PLUGIN_RUN, BUILTIN_RUN)
     samples: dict[str, dict[str, list[float]]] = {n: {"cpu": [], "wall": []} for n in names}
     tokens: dict[str, list[list[int]]] = {}
-    with contextlib.ExitStack() as stack:
-        servers = {n: stack.enter_context(launch_server(command(n), env=sc.RUNS[n].env())) for n in names}
-        for url, _, _ in servers.values():  # warm-up: first requests pay one-time costs
-            _generate(url, prompts[:2], args.max_new_tokens, args.concurrent)
-        for rep in range(args.repeats):
-            order = names if rep % 2 == 0 else names[::-1]
-            for n in order:
-                url, _, pgid = servers[n]
-                cpu, wall, out = _timed(
-                    pgid, lambda u=url: _generate(u, prompts, args.max_new_tokens, args.concurrent)
-                )
-                count = sum(len(o) for o in out)
-                samples[n]["cpu"].append(cpu / count)
-                samples[n]["wall"].append(wall / count)
-                tokens.setdefault(n, out)
-                print(
-                    f"[bench_served] e2e repeat {rep + 1}/{args.repeats} {n}: "
-                    f"{1e3 * cpu / count:.3f} ms CPU/token, {1e3 * wall / count:.3f} ms wall/token",
-                    file=sys.stderr,
-                    flush=True,
-                )
+    sessions = []
+    per_session = split_repeats(args.repeats, args.sessions)
+    done = 0
+    for session, repeats in enumerate(per_session):
+        launch_order = names if session % 2 == 0 else names[::-1]
+        first = len(samples[PLUGIN_RUN]["cpu"])
+        with contextlib.ExitStack() as stack:
+            servers = {
+                n: stack.enter_context(launch_server(command(n), env=sc.RUNS[n].env())) for n in launch_order
+            }
+            for url, _, _ in servers.values():  # warm-up: first requests pay one-time costs
+                _generate(url, prompts[:2], args.max_new_tokens, args.concurrent)
+            for rep in range(repeats):
+                order = names if rep % 2 == 0 else names[::-1]
+                for n in order:
+                    url, _, pgid = servers[n]
+                    cpu, wall, out = _timed(
+                        pgid, lambda u=url: _generate(u, prompts, args.max_new_tokens, args.concurrent)
+                    )
+                    count = sum(len(o) for o in out)
+                    samples[n]["cpu"].append(cpu / count)
+                    samples[n]["wall"].append(wall / count)
+                    tokens.setdefault(n, out)
+                    if out != tokens[n]:
+                        raise SystemExit(f"bench_served: {n} served other tokens in repeat {done + rep + 1}")
+                    print(
+                        f"[bench_served] e2e session {session + 1}/{len(per_session)} repeat "
+                        f"{done + rep + 1}/{args.repeats} {n}: {1e3 * cpu / count:.3f} ms CPU/token, "
+                        f"{1e3 * wall / count:.3f} ms wall/token",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+        done += repeats
+        mine = [samples[n]["cpu"][first:] for n in names]
+        sessions.append(
+            {
+                "launched_first": launch_order[0],
+                "repeats": repeats,
+                "cpu_ratio": sum(mine[0]) / sum(mine[1]),
+            }
+        )
     p, b = samples[PLUGIN_RUN], samples[BUILTIN_RUN]
-    cpu_ratio, wall_ratio = bootstrap_ratio(p["cpu"], b["cpu"]), bootstrap_ratio(p["wall"], b["wall"])
+    groups = [i for i, size in enumerate(per_session) for _ in range(size)]
+    cpu_ratio = bootstrap_ratio(p["cpu"], b["cpu"], groups=groups)
+    wall_ratio = bootstrap_ratio(p["wall"], b["wall"], groups=groups)
     return {
         "plugin": PLUGIN_RUN,
         "builtin": BUILTIN_RUN,
         "repeats": args.repeats,
+        "sessions": sessions,
         "concurrent": args.concurrent,
         "tokens_per_repeat": sum(len(o) for o in tokens[PLUGIN_RUN]),
         "same_tokens": tokens[PLUGIN_RUN] == tokens[BUILTIN_RUN],
@@ -235,6 +275,13 @@ def measure_e2e(args: argparse.Namespace, prompts: list[list[int]], drafters: di
             n: {k: [1e3 * v for v in vs] for k, vs in s.items()} for n, s in samples.items()
         },
     }
+
+
+def split_repeats(repeats: int, sessions: int) -> list[int]:
+    """``repeats`` split over ``sessions`` as evenly as they go (the first ones one longer)."""
+    if sessions < 1 or repeats < sessions:
+        raise ValueError(f"need at least one repeat per session, got {repeats} over {sessions}")
+    return [repeats // sessions + (i < repeats % sessions) for i in range(sessions)]
 
 
 def sc_target() -> Path:
@@ -267,6 +314,16 @@ def report(host: list[dict] | None, e2e: dict | None) -> str:
             f"({how}; same tokens: {e2e['same_tokens']}):",
             f"  CPU ms/token: plugin {plugin:.3f}, builtin {builtin:.3f}",
             f"  ratio {e2e['cpu_ratio']:.4f} [{lo:.4f}, {hi:.4f}]  {verdict}",
+            *(
+                f"  session {i + 1} ({x['launched_first']} launched first, {x['repeats']} repeats): "
+                f"ratio {x['cpu_ratio']:.4f}"
+                for i, x in enumerate(e2e["sessions"])
+            ),
+            *(
+                f"  {who} launched first: mean session ratio {statistics.fmean(r):.4f} over {len(r)} sessions"
+                for who in (e2e["plugin"], e2e["builtin"])
+                if (r := [x["cpu_ratio"] for x in e2e["sessions"] if x["launched_first"] == who])
+            ),
             f"  wall ratio (information) {e2e['wall_ratio']:.4f} [{wlo:.4f}, {whi:.4f}]",
             f"target: 95% upper bound <= {E2E_TARGET}",
         ]
@@ -276,7 +333,10 @@ def report(host: list[dict] | None, e2e: dict | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--part", choices=("host", "e2e", "all"), default="all")
-    p.add_argument("--repeats", type=int, default=10, help="interleaved end-to-end repeats (at least 10)")
+    p.add_argument("--repeats", type=int, default=32, help="interleaved end-to-end repeats (at least 10)")
+    p.add_argument(
+        "--sessions", type=int, default=8, help="fresh server pairs, launch order alternating (at least 2)"
+    )
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--max-new-tokens", type=int, default=sc.MAX_NEW_TOKENS)
     p.add_argument("--concurrent", action="store_true", help="end to end: send the prompts as one batch")
@@ -287,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.part != "host" and args.repeats < 10:
         p.error("--repeats must be at least 10: the interval needs them")
+    if args.part != "host" and not 2 <= args.sessions <= args.repeats:
+        p.error("--sessions must be at least 2 (both launch orders) and at most --repeats")
 
     from transformers import AutoTokenizer
 
