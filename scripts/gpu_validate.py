@@ -197,6 +197,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--pd-transfer-backend", default=None, help="--disaggregation-transfer-backend (both sides)"
     )
+    p.add_argument(
+        "--pd-prefill-args", default="", help="more launch_server arguments for the prefill side only"
+    )
     args = p.parse_args(argv)
     if not args.embedded and not args.model_path:
         p.error("--model-path is required, with --draft or a draft bundled in it (or --embedded)")
@@ -420,6 +423,7 @@ def pd_commands(args: argparse.Namespace, run: Any, cpu_flags: list[str]) -> tup
     )
     prefill = server_command(args, run, cpu_flags) + ["--disaggregation-mode", "prefill"]
     prefill += ["--disaggregation-bootstrap-port", str(args.pd_bootstrap_port), *backend]
+    prefill += shlex.split(args.pd_prefill_args)  # e.g. --pp-size 2: DSPARK's PP runs on a prefill server
     decode = server_command(args, run, cpu_flags, args.port + 1) + ["--disaggregation-mode", "decode"]
     return prefill, decode + ["--base-gpu-id", str(args.pd_decode_gpu), *backend]
 

@@ -491,9 +491,15 @@ def test_a_bundled_deployment_against_a_stand_in_server(tmp_path: Path) -> None:
 
 def test_pd_dry_run_prints_both_sides_of_each_pair(tmp_path: Path) -> None:
     draft = write_checkpoint(tmp_path, "specforge_dspark")
-    proc = dry_run("--model-path", "t", "--draft", str(draft), "--pd", "--pd-transfer-backend", "nixl")
+    proc = dry_run(
+        "--model-path", "t", "--draft", str(draft), "--pd", "--pd-transfer-backend", "nixl",
+        "--pd-prefill-args", "--pp-size 2",
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
+    prefills = [line for line in text.splitlines() if "--disaggregation-mode prefill" in line]
+    assert len(prefills) == 2 and all(line.endswith("--pp-size 2") for line in prefills)
+    assert text.count("--pp-size 2") == 2  # the prefill side only
     assert (
         text.count("--disaggregation-mode prefill") == 2 and text.count("--disaggregation-mode decode") == 3
     )
