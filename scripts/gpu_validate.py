@@ -79,17 +79,6 @@ DEFAULT_PROMPTS = (
 )
 
 
-def bundled_draft(model_path: str) -> Any:
-    """The draft bundled in ``model_path`` where the newest sglang's DSPARK finds it (its ``dspark_*``
-    keys first, then its ``dspark/`` subfolder; ``serving.bundled``), or None where it bundles none."""
-    from sglang_dspark_plugin.serving.bundled import newest_bundled_draft
-    from sglang_dspark_plugin.serving.request import LaunchRequest
-    from sglang_dspark_plugin.serving.target_checkpoint import load_target
-
-    target = load_target(LaunchRequest(draft=None, target=model_path), download=False)
-    return None if target is None else newest_bundled_draft(target)
-
-
 def census_arm(draft: str | None, model_path: str | None = None) -> tuple[str | None, str]:
     """The arm the census resolves for the draft (MEMRA_DSPARK_HARVEST ignored), or None + why;
     ``draft`` None: the draft bundled in ``model_path``."""
@@ -98,10 +87,12 @@ def census_arm(draft: str | None, model_path: str | None = None) -> tuple[str | 
         from sglang_dspark_plugin.harvest import DsparkHarvest
 
         if draft is None:
-            bundled = bundled_draft(str(model_path))
-            if bundled is None:
+            from sglang_dspark_plugin.serving.bundled import bundled_in
+
+            found = bundled_in(str(model_path))
+            if found is None:
                 return None, f"no --draft, and {model_path} bundles no DSPARK draft (dspark_* keys, dspark/)"
-            draft = bundled.folder
+            draft = found[1].folder
         cfg = census(draft)
         return DsparkHarvest.explain(cfg, environ={}).harvest.name(), ""
     except Exception as err:  # noqa: BLE001 - reported, the run decides what it can

@@ -92,16 +92,12 @@ def _geometry(cfg: Any, resolution: Any) -> tuple[dict[str, Any], dict[str, Any]
 def _bundled_in(path: str) -> tuple[Any, Any] | None:
     """``(target, bundled draft)`` when ``path`` is a target bundling its draft where sglang's DSPARK
     finds one (the newest release's rule: ``dspark_*`` keys first, then ``dspark/``); never downloads."""
-    from .serving.bundled import newest_bundled_draft
-    from .serving.request import LaunchRequest
-    from .serving.target_checkpoint import load_target
+    from .serving.bundled import bundled_in
 
     try:
-        target = load_target(LaunchRequest(draft=None, target=path), download=False)
+        return bundled_in(path)
     except DsparkHarvestError:
         return None  # the census says what is wrong with the folder, as for any draft
-    bundled = None if target is None else newest_bundled_draft(target)
-    return None if bundled is None else (target, bundled)
 
 
 def _bundled_servability(target: Any, environ: dict[str, str] | None) -> tuple[tuple[Any, ...], list[str]]:

@@ -109,6 +109,20 @@ def newest_bundled_draft(target: TargetCheckpoint) -> BundledDraft | None:
     return None if sub is None else _draft_in(target, SUBFOLDER)
 
 
+def bundled_in(path: str) -> tuple[TargetCheckpoint, BundledDraft] | None:
+    """``(target, its bundled draft)`` for the target ``path`` (a folder, or a hub id in the cache) where
+    the newest sglang's DSPARK finds a draft in it (``newest_bundled_draft``); ``None`` where it bundles
+    none. Never downloads; a malformed target raises the census's error."""
+    from .request import LaunchRequest
+    from .target_checkpoint import load_target
+
+    target = load_target(LaunchRequest(draft=None, target=path), download=False)
+    if target is None:
+        return None
+    bundled = newest_bundled_draft(target)
+    return None if bundled is None else (target, bundled)
+
+
 def find_bundled_draft(
     request: LaunchRequest, target: TargetCheckpoint | None, support: SglangSupport
 ) -> tuple[BundledDraft, tuple[str, ...]]:
@@ -212,6 +226,7 @@ __all__ = [
     "SUBFOLDER_NAME",
     "HUB_PATTERNS",
     "BundledDraft",
+    "bundled_in",
     "check_bundled_head",
     "find_bundled_draft",
     "newest_bundled_draft",
