@@ -50,13 +50,15 @@ SAFETENSORS_DTYPE_BITS = {
 """Every dtype the safetensors library (0.8) reads, and its width in bits."""
 
 
-def check_members(data: bytes, limit: int, what: str, where: str, fix: str) -> None:
-    """Refuse a JSON text whose objects may hold more than ``limit`` members, before parsing it."""
+def check_members(data: bytes, limit: int, what: str, where: str, fix: str, bound: str = "") -> None:
+    """Refuse a JSON text whose objects may hold more than ``limit`` members, before parsing it;
+    ``bound`` names the limit in the message (what it counts, the constant that sets it)."""
     members = data.count(b":")
     if members > limit:
+        named = f" ({bound})" if bound else ""
         raise InvalidCheckpointError(
-            f"{where}: this {what} has up to {members} JSON members, more than the {limit} it can "
-            f"reasonably hold (parsing costs ~250 bytes each); {fix}",
+            f"{where}: this {what} has up to {members} JSON members, more than the {limit} it may hold"
+            f"{named}; the limit bounds the memory parsing takes (~250 bytes a member); {fix}",
             where=where,
         )
 

@@ -207,16 +207,21 @@ def parse_json(data: bytes, where: str, fix: str) -> Any:
 
 
 def read_json(
-    path: str | os.PathLike[str], what: str, limit: int, fix: str, members: int | None = None
+    path: str | os.PathLike[str],
+    what: str,
+    limit: int,
+    fix: str,
+    members: tuple[int, str] | None = None,
 ) -> Any:
     """A bounded, regular, UTF-8 JSON file; ``None`` when absent (the caller says what that means).
 
-    With ``members``, a file whose objects may hold more members than that is refused unparsed."""
+    With ``members`` (a count and the bound's name), a file whose objects may hold more members than
+    that is refused unparsed."""
     data = read_bounded(path, what, limit, fix)
     if data is None:
         return None
     if members is not None:
-        check_members(data, members, what, printable(os.fspath(path)), fix)
+        check_members(data, members[0], what, printable(os.fspath(path)), fix, bound=members[1])
     return parse_json(data, printable(os.fspath(path)), fix)
 
 
@@ -257,8 +262,17 @@ def read_safetensors_header(path: str | os.PathLike[str]) -> dict[str, TensorInf
             raw = handle.read(n)
         except OSError as exc:
             raise _os_error(path, exc, "safetensors file") from exc
-    # four members a tensor: its name, dtype, shape and data_offsets
-    check_members(raw, 4 * MAX_HEADER_TENSORS + METADATA_MEMBERS, "safetensors header", where, fix)
+    # four members a tensor: its name, dtype, shape and data_offsets. A complete file can exceed the
+    # bound, so the fix is a re-export in smaller shards, not a re-download.
+    check_members(
+        raw,
+        4 * MAX_HEADER_TENSORS + METADATA_MEMBERS,
+        "safetensors header",
+        where,
+        "re-save the weights in shards of fewer tensors (save_pretrained(max_shard_size=...)).",
+        bound=f"bounds.MAX_HEADER_TENSORS: {MAX_HEADER_TENSORS} tensors a file, four members each, "
+        f"plus {METADATA_MEMBERS} of metadata",
+    )
     header = parse_json(raw, f"{where} (safetensors header)", fix)
     if not isinstance(header, dict):
         raise InvalidCheckpointError(
@@ -302,7 +316,10 @@ def read_index(path: str | os.PathLike[str]) -> dict[str, str] | None:
     ``..`` component is refused, so a weight can never be loaded from outside the checkpoint.
     """
     fix = "fix it or delete it."
-    data = read_json(path, "shard index", MAX_INDEX_BYTES, fix, members=MAX_TENSORS + METADATA_MEMBERS)
+    bound = f"bounds.MAX_TENSORS: {MAX_TENSORS} tensors a checkpoint, plus {METADATA_MEMBERS} of metadata"
+    data = read_json(
+        path, "shard index", MAX_INDEX_BYTES, fix, members=(MAX_TENSORS + METADATA_MEMBERS, bound)
+    )
     if data is None:
         return None
     where = printable(os.fspath(path))

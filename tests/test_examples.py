@@ -42,3 +42,16 @@ def test_the_readme_lists_every_exit_code_of_check() -> None:
     readme = (ROOT / "README.md").read_text()
     for verdict, (code, _) in VERDICTS.items():
         assert re.search(rf"^\| {code} \| `{verdict}` \|", readme, re.M), verdict
+
+
+def test_the_readme_lists_every_refusal_kind_with_its_errors() -> None:
+    import sglang_dspark_plugin.errors as errors
+
+    readme = (ROOT / "README.md").read_text()
+    rows = dict(re.findall(r"^\| `(\w+)` \| (.+?) \|", readme, re.M))
+    for name in errors.__all__:
+        cls = getattr(errors, name)
+        if cls is errors.DsparkHarvestError:
+            continue
+        assert cls.kind in rows, f"README's refusal table has no row for kind {cls.kind!r}"
+        assert f"`{name}`" in rows[cls.kind], f"README's {cls.kind!r} row omits {name}"

@@ -90,7 +90,7 @@ def test_an_index_of_too_many_tiny_entries_is_refused_before_it_is_parsed(tmp_pa
     path.write_text('{"weight_map":{' + ",".join(f'"{i:x}":"a"' for i in range(entries)) + "}}")
     error, peak = _traced_peak(lambda: read_index(path))
     assert error is not None and "JSON members" in error.message
-    assert str(MAX_TENSORS + METADATA_MEMBERS) in error.message
+    assert str(MAX_TENSORS + METADATA_MEMBERS) in error.message and "MAX_TENSORS" in error.message
     assert peak < 2 * path.stat().st_size  # the file's bytes, not ~250 bytes an entry
 
 
@@ -116,6 +116,9 @@ def test_a_header_of_too_many_tensors_is_refused_before_it_is_parsed(tmp_path):
     path.write_bytes(len(raw).to_bytes(8, "little") + raw)
     error, peak = _traced_peak(lambda: read_safetensors_header(path))
     assert error is not None and "JSON members" in error.message
+    # the file is complete: the refusal names the bound it exceeds, not a truncation
+    assert "MAX_HEADER_TENSORS" in error.message and str(MAX_HEADER_TENSORS) in error.message
+    assert "truncated" not in error.message and "shards" in error.message
     assert peak < 2 * len(raw)
 
 
