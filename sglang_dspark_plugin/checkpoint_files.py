@@ -211,17 +211,18 @@ def read_json(
     what: str,
     limit: int,
     fix: str,
-    members: tuple[int, str] | None = None,
+    members: int | None = None,
+    bound: str = "",
 ) -> Any:
     """A bounded, regular, UTF-8 JSON file; ``None`` when absent (the caller says what that means).
 
-    With ``members`` (a count and the bound's name), a file whose objects may hold more members than
-    that is refused unparsed."""
+    With ``members``, a file whose objects may hold more members than that is refused unparsed, the
+    message naming ``bound`` (the constant that sets it)."""
     data = read_bounded(path, what, limit, fix)
     if data is None:
         return None
     if members is not None:
-        check_members(data, members[0], what, printable(os.fspath(path)), fix, bound=members[1])
+        check_members(data, members, what, printable(os.fspath(path)), fix, bound=bound)
     return parse_json(data, printable(os.fspath(path)), fix)
 
 
@@ -317,9 +318,7 @@ def read_index(path: str | os.PathLike[str]) -> dict[str, str] | None:
     """
     fix = "fix it or delete it."
     bound = f"bounds.MAX_TENSORS: {MAX_TENSORS} tensors a checkpoint, plus {METADATA_MEMBERS} of metadata"
-    data = read_json(
-        path, "shard index", MAX_INDEX_BYTES, fix, members=(MAX_TENSORS + METADATA_MEMBERS, bound)
-    )
+    data = read_json(path, "shard index", MAX_INDEX_BYTES, fix, MAX_TENSORS + METADATA_MEMBERS, bound)
     if data is None:
         return None
     where = printable(os.fspath(path))

@@ -35,7 +35,14 @@ TableShapes = dict[str, tuple[str, tuple[int, ...]]]
 def read_config(folder: Path) -> dict[str, Any]:
     """``folder/config.json`` as a JSON object; missing or not an object is refused."""
     path = folder / CONFIG
-    data = read_json(path, "config", MAX_CONFIG_BYTES, "fix or re-export the config.", MAX_CONFIG_MEMBERS)
+    data = read_json(
+        path,
+        "config",
+        MAX_CONFIG_BYTES,
+        "fix or re-export the config.",
+        MAX_CONFIG_MEMBERS,
+        "bounds.MAX_CONFIG_MEMBERS",
+    )
     if data is None:
         raise InvalidCheckpointError(
             f"{printable(path)} is missing; a draft checkpoint needs its config.json (a SpecForge export "

@@ -89,7 +89,14 @@ def load_target(
             return None
         raise
     fix = "fix the target's config.json."
-    config = read_json(folder / CONFIG, "target config", MAX_CONFIG_BYTES, fix, MAX_CONFIG_MEMBERS)
+    config = read_json(
+        folder / CONFIG,
+        "target config",
+        MAX_CONFIG_BYTES,
+        fix,
+        MAX_CONFIG_MEMBERS,
+        "bounds.MAX_CONFIG_MEMBERS",
+    )
     return TargetCheckpoint(
         target, request.revision, folder, not local, config if isinstance(config, dict) else {}
     )
