@@ -237,6 +237,15 @@ class TensorInfo:
     shape: tuple[int, ...]
 
 
+_HEADER_MEMBERS = 4 * MAX_HEADER_TENSORS + METADATA_MEMBERS  # a tensor: name, dtype, shape, data_offsets
+_HEADER_BOUND = (
+    f"bounds.MAX_HEADER_TENSORS: {MAX_HEADER_TENSORS} tensors a file, four members each, plus "
+    f"{METADATA_MEMBERS} of metadata"
+)
+_SHARD_FIX = "re-save the weights in shards of fewer tensors (save_pretrained(max_shard_size=...))."
+"""A complete file can exceed the bound: the fix is a re-export in smaller shards, not a re-download."""
+
+
 def read_safetensors_header(path: str | os.PathLike[str]) -> dict[str, TensorInfo]:
     """Tensor name -> dtype and shape, from the header alone (8 + header bytes are read, nothing else).
 
@@ -263,17 +272,7 @@ def read_safetensors_header(path: str | os.PathLike[str]) -> dict[str, TensorInf
             raw = handle.read(n)
         except OSError as exc:
             raise _os_error(path, exc, "safetensors file") from exc
-    # four members a tensor: its name, dtype, shape and data_offsets. A complete file can exceed the
-    # bound, so the fix is a re-export in smaller shards, not a re-download.
-    check_members(
-        raw,
-        4 * MAX_HEADER_TENSORS + METADATA_MEMBERS,
-        "safetensors header",
-        where,
-        "re-save the weights in shards of fewer tensors (save_pretrained(max_shard_size=...)).",
-        bound=f"bounds.MAX_HEADER_TENSORS: {MAX_HEADER_TENSORS} tensors a file, four members each, "
-        f"plus {METADATA_MEMBERS} of metadata",
-    )
+    check_members(raw, _HEADER_MEMBERS, "safetensors header", where, _SHARD_FIX, bound=_HEADER_BOUND)
     header = parse_json(raw, f"{where} (safetensors header)", fix)
     if not isinstance(header, dict):
         raise InvalidCheckpointError(

@@ -35,11 +35,23 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         run=run,
     )
     parser.add_argument("path", metavar="PATH", help="checkpoint folder, or a hub id in the local HF cache")
+    parser.add_argument(
+        "--target",
+        metavar="FOLDER",
+        help="the launch's target (a local folder): each release's verdict then includes the checks "
+        "of the draft against it (its vocabulary, the layers sglang can capture)",
+    )
     return parser
 
 
-def inspect_checkpoint(path: str, environ: dict[str, str] | None = None) -> dict[str, Any]:
+def inspect_checkpoint(
+    path: str, environ: dict[str, str] | None = None, target: str | None = None
+) -> dict[str, Any]:
     """The ``--json`` report of ``path``; raises the typed errors on a refusal.
+
+    ``servability`` is what each tested sglang release serves for a launch of this draft (with
+    ``target`` as ``--model-path``, a local folder): the serving plan's own decision, the same
+    ``make_plan`` a launch runs (``serving.verdict``).
 
     A target that bundles its draft (``dspark_*`` keys in its config.json, or a ``dspark/`` subfolder)
     is reported as that draft, with ``bundled`` saying where sglang's DSPARK finds it and
@@ -52,6 +64,8 @@ def inspect_checkpoint(path: str, environ: dict[str, str] | None = None) -> dict
     from .harvest import DsparkHarvest
 
     found = _bundled_in(path)
+    if target is not None:
+        _require_local_target(target, bundling=found is not None)
     cfg = census(path if found is None else found[1].folder)
     resolution = DsparkHarvest.explain(cfg, environ=environ)
     geometry_json, manifest = _geometry(cfg, resolution)
@@ -62,14 +76,19 @@ def inspect_checkpoint(path: str, environ: dict[str, str] | None = None) -> dict
             cfg.target_layer_ids, cfg.num_target_layers, target_architecture=architecture
         )
         unservable = why or None
+    from .serving.request import LaunchRequest
+
     report = _report(cfg, resolution, geometry_json, manifest, unservable)
+    env = _harvest_env(environ)
     if found is None:
-        served = _servability(cfg, resolution.harvest)
-        return {**report, "servability": [s.to_json() for s in served], "bundled": None}
-    target, bundled = found
-    served, advice = _bundled_servability(target, environ)
+        served, advice = _per_release(LaunchRequest(draft=cfg.path, target=target, harvest_env=env))
+        bundled_json = None
+    else:
+        bundling, bundled = found  # a launch of the bundling target with no draft path; local: no download
+        served, advice = _per_release(LaunchRequest(draft=None, target=str(bundling.folder), harvest_env=env))
+        bundled_json = _bundled_json(path, bundled)
     report["warnings"] += [a for a in advice if a not in report["warnings"]]
-    return {**report, "servability": [s.to_json() for s in served], "bundled": _bundled_json(path, bundled)}
+    return {**report, "servability": [s.to_json() for s in served], "bundled": bundled_json}
 
 
 def _geometry(cfg: Any, resolution: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -91,39 +110,59 @@ def _geometry(cfg: Any, resolution: Any) -> tuple[dict[str, Any], dict[str, Any]
 
 def _bundled_in(path: str) -> tuple[Any, Any] | None:
     """``(target, bundled draft)`` when ``path`` is a target bundling its draft where sglang's DSPARK
-    finds one (the newest release's rule: ``dspark_*`` keys first, then ``dspark/``); never downloads."""
+    finds one (the newest release's rule: ``dspark_*`` keys first, then ``dspark/``); never downloads.
+
+    A config whose ``architectures[0]`` is a DFlash-family draft class is a draft, whatever keys it
+    carries: a launch names it as ``--speculative-draft-model-path``, never as the target."""
+    from .architectures import family_of
     from .serving.bundled import bundled_in
 
     try:
-        return bundled_in(path)
+        found = bundled_in(path)
     except DsparkHarvestError:
         return None  # the census says what is wrong with the folder, as for any draft
+    return None if found is None or family_of(found[0].architecture) is not None else found
 
 
-def _bundled_servability(target: Any, environ: dict[str, str] | None) -> tuple[tuple[Any, ...], list[str]]:
-    """What each tested sglang release serves for a launch of ``target`` with no draft path: the serving
-    plan itself decides (its refusal is the reason), and the advice it would log."""
-    from .architectures import SGLANG_VERSIONS
+def _require_local_target(target: str, *, bundling: bool) -> None:
+    """``--target`` names a local folder (inspect never downloads), for a draft named by its path."""
+    import os
+
+    from .errors import UsageError
+
+    if bundling:
+        raise UsageError(
+            "--target: PATH is itself a target bundling its draft; inspect it alone, or pass the draft "
+            "folder as PATH.",
+            where="--target",
+        )
+    if not os.path.isdir(target):
+        raise UsageError(
+            f"--target {printable(target)} is not a local folder; inspect reads no hub and downloads "
+            "nothing: pass the target's local folder (its config.json is all it reads).",
+            where="--target",
+        )
+
+
+def _harvest_env(environ: dict[str, str] | None) -> str | None:
     from .harvest import ENV_VAR
-    from .serving import LaunchRequest, SglangSupport, make_plan
-    from .serving.servability import Servability
     from .validation import require_environ
 
-    env = require_environ(environ, "inspect_checkpoint(environ=...)").get(ENV_VAR)
-    request = LaunchRequest(draft=None, target=str(target.folder), harvest_env=env)  # local: no download
-    served, advice = [], []
-    for version in SGLANG_VERSIONS:
-        try:
-            plan = make_plan(request, SglangSupport.for_version(version))
-        except DsparkHarvestError as err:
-            served.append(Servability(version, None, None, err.message))
-            continue
-        bundled = plan.bundled
-        assert bundled is not None  # a launch without a draft path plans the bundled draft or refuses
-        how = f"the {bundled.describe()}, loaded as {plan.architectures[0]}"
-        served.append(Servability(version, plan.builtin, plan.layout.sample_from_anchor, how))
-        advice += [a for a in plan.advice if a not in advice]
-    return tuple(served), advice
+    return require_environ(environ, "inspect_checkpoint(environ=...)").get(ENV_VAR)
+
+
+def _per_release(request: Any) -> tuple[tuple[Any, ...], list[str]]:
+    """What each tested sglang release serves for the launch ``request``: the serving plan itself
+    decides (``serving.verdict``), and the advice its plans would log."""
+    from .architectures import SGLANG_VERSIONS
+    from .serving import SglangSupport
+    from .serving.verdict import release_verdict
+
+    served = tuple(release_verdict(request, SglangSupport.for_version(v)) for v in SGLANG_VERSIONS)
+    advice: list[str] = []
+    for verdict in served:
+        advice += [a for a in verdict.advice if a not in advice]
+    return served, advice
 
 
 def _bundled_json(path: str, bundled: Any) -> dict[str, Any]:
@@ -142,19 +181,6 @@ def _bundled_json(path: str, bundled: Any) -> dict[str, Any]:
         "draft_path": bundled.draft,
         "found_by": looks,
     }
-
-
-def _servability(cfg: Any, harvest: Any) -> tuple[Any, ...]:
-    """How sglang 0.5.17 and 0.5.23 serve the drafter (the rank from the tensors if the config is silent)."""
-    from .serving.servability import servability, unloadable_layout
-    from .tensor_headers import markov_head, tensor_headers
-
-    tensors = tensor_headers(cfg.path)
-    rank = cfg.markov_rank
-    if rank is None:
-        found = markov_head(tensors)
-        rank = 0 if found is None else found.rank
-    return servability(harvest, cfg.architecture, rank, unloadable_layout(cfg.raw, list(tensors)))
 
 
 def _report(
@@ -184,7 +210,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run ``inspect``; returns the exit code (0, or 2 on a refusal)."""
     out = sys.stdout if out is None else out
     try:
-        report = inspect_checkpoint(args.path)
+        report = inspect_checkpoint(args.path, target=args.target)
     except DsparkHarvestError as exc:
         return refuse(exc, "inspect", args.json, out)
     emit(out, args.json, lambda: report, lambda: format_report(report))
@@ -207,6 +233,16 @@ def _bundled_lines(bundled: dict[str, Any] | None) -> list[str]:
         f"bundled        {bundled['form']}: a draft in the target ({where}), found with no {DRAFT_FLAG} "
         f"by {found_by}",
     ]
+
+
+def _served_line(served: dict[str, Any]) -> str:
+    """``sglang 0.5.23  DSPARK, sample_from_anchor=false  (how)``: one release's verdict."""
+    what = served["builtin"] or "cannot serve"
+    if served["sample_from_anchor"] is False:
+        what += ", sample_from_anchor=false"
+    if served["needs"]:
+        what += f" with {served['needs']} N"
+    return f"{'sglang ' + served['version']:<14} {what}  ({served['how']})"
 
 
 def format_report(report: dict[str, Any]) -> str:
@@ -256,11 +292,7 @@ def format_report(report: dict[str, Any]) -> str:
         f"mask_token_id  {report['mask_token_id']}",
         f"target_layers  {report['target_layer_ids']}",
     ]
-    for served in report.get("servability", ()):
-        how = served["builtin"] or "cannot serve"
-        if served["sample_from_anchor"] is False:
-            how += ", sample_from_anchor=false"
-        lines.append(f"{'sglang ' + served['version']:<14} {how}  ({served['how']})")
+    lines += [_served_line(served) for served in report.get("servability", ())]
     if report.get("sglang_cannot_serve"):
         lines.append(f"sglang cannot serve this: {report['sglang_cannot_serve']}")
     for warning in report["warnings"]:

@@ -1,5 +1,6 @@
-"""Which sglang version serves a classified drafter, and with which builtin: a question apart from the
-census, answered from sglang's class lists without importing sglang; ``inspect`` prints it."""
+"""Whether a sglang release's class lists build a draft in the layout the plan chose (sglang-free:
+``servability.unbuilt_reason``, one of the plan's checks), and ``inspect``'s per-release verdicts, which
+are the plan's own."""
 
 from __future__ import annotations
 
@@ -12,53 +13,51 @@ from released_checkpoints import RELEASED
 from sglang_dspark_plugin.architectures import SGLANG_BUILDS, SGLANG_VERSIONS
 from sglang_dspark_plugin.cli import main
 from sglang_dspark_plugin.embedded import EMBEDDED
-from sglang_dspark_plugin.harvest import DsparkHarvest
-from sglang_dspark_plugin.serving.servability import servability
+from sglang_dspark_plugin.serving.layout import MASK_FILL, MASK_FILL_DSPARK, SHIFTED
+from sglang_dspark_plugin.serving.servability import unbuilt_reason
 
-DFLASH, DSPARK = DsparkHarvest.DFLASH, DsparkHarvest.DSPARK
-
-
-def _by_version(harvest, arch, rank=0, unloadable=None):
-    return {
-        s.version: (s.builtin, s.sample_from_anchor) for s in servability(harvest, arch, rank, unloadable)
-    }
-
-
-def test_every_version_is_answered():
-    assert [s.version for s in servability(DSPARK, "DSparkDraftModel", 8)] == list(SGLANG_VERSIONS)
+BUILDS = None
 
 
 @pytest.mark.parametrize(
-    ("harvest", "arch", "rank", "expected"),
+    ("layout", "arch", "rank", "expected"),
     [
-        (DSPARK, "Qwen3DSparkModel", 8, {"0.5.17": ("DSPARK", True), "0.5.23": ("DSPARK", True)}),
-        (DSPARK, "DFlashDraftModel", 0, {"0.5.17": ("DSPARK", True), "0.5.23": ("DSPARK", True)}),
-        (DFLASH, "DFlashDraftModel", 0, {"0.5.17": ("DFLASH", None), "0.5.23": ("DFLASH", None)}),
-        # a mask-fill drafter with a Markov head: 0.5.23's DSPARK mask-fill layout only
-        (DFLASH, "Qwen3DSparkModel", 4, {"0.5.17": (None, None), "0.5.23": ("DSPARK", False)}),
+        (SHIFTED, "Qwen3DSparkModel", 8, {"0.5.17": BUILDS, "0.5.23": BUILDS}),
+        (SHIFTED, "DFlashDraftModel", 0, {"0.5.17": BUILDS, "0.5.23": BUILDS}),
+        (MASK_FILL, "DFlashDraftModel", 0, {"0.5.17": BUILDS, "0.5.23": BUILDS}),
+        # a mask-fill drafter keeping its Markov head: DSPARK's dense classes
+        (MASK_FILL_DSPARK, "Qwen3DSparkModel", 4, {"0.5.17": BUILDS, "0.5.23": BUILDS}),
+        (MASK_FILL_DSPARK, "Gemma4DSparkModel", 4, {"0.5.17": "no mask-fill", "0.5.23": "no mask-fill"}),
         # without a Markov head it loads as DFlashDraftModel on both
-        (DFLASH, "DSparkDraftModel", 0, {"0.5.17": ("DFLASH", None), "0.5.23": ("DFLASH", None)}),
-        # a class only 0.5.23 registers
-        (DFLASH, "DFlash2DraftModel", 0, {"0.5.17": (None, None), "0.5.23": ("DFLASH", None)}),
-        (DSPARK, "K3DSparkModel", 8, {"0.5.17": (None, None), "0.5.23": (None, None)}),
-        (DSPARK, None, 8, {"0.5.17": (None, None), "0.5.23": (None, None)}),
+        (MASK_FILL, "DSparkDraftModel", 0, {"0.5.17": BUILDS, "0.5.23": BUILDS}),
+        (MASK_FILL, "DSparkDraftModel", 4, {"0.5.17": "registers no", "0.5.23": "registers no"}),
+        # a class only 0.5.19 and later register
+        (MASK_FILL, "DFlash2DraftModel", 0, {"0.5.17": "registers no", "0.5.23": BUILDS}),
+        (SHIFTED, "K3DSparkModel", 8, {"0.5.17": "registers no", "0.5.23": "registers no"}),
+        (SHIFTED, None, 8, {"0.5.17": "names no architecture", "0.5.23": "names no architecture"}),
     ],
 )
-def test_servability_rule(harvest, arch, rank, expected):
-    assert _by_version(harvest, arch, rank) == expected
+def test_the_build_rule(layout, arch, rank, expected):
+    for version in SGLANG_VERSIONS:
+        why = unbuilt_reason(layout, arch, rank, None, version)
+        assert why == expected[version] if expected[version] is BUILDS else expected[version] in why
 
 
 def test_a_class_sglang_builds_but_the_dspark_arm_does_not_says_so():
     assert "Lfm2DSparkDraftModel" in SGLANG_BUILDS["0.5.23"]["DSPARK"]
-    old, new = servability(DSPARK, "Lfm2DSparkDraftModel", 8)
-    assert not old.servable and "registers no" in old.how
-    assert not new.servable and "builds Lfm2DSparkDraftModel itself" in new.how
+    assert "registers no" in unbuilt_reason(SHIFTED, "Lfm2DSparkDraftModel", 8, None, "0.5.17")
+    assert "builds Lfm2DSparkDraftModel itself" in unbuilt_reason(
+        SHIFTED, "Lfm2DSparkDraftModel", 8, None, "0.5.23"
+    )
 
 
-def test_an_unloadable_layout_is_never_served():
-    assert _by_version(DSPARK, "DSparkDraftModel", 8, "speculators layout") == {
-        v: (None, None) for v in SGLANG_VERSIONS
-    }
+def test_an_unloadable_layout_is_never_built():
+    for layout in (SHIFTED, MASK_FILL, MASK_FILL_DSPARK):
+        for version in SGLANG_VERSIONS:
+            assert (
+                unbuilt_reason(layout, "DSparkDraftModel", 8, "speculators layout", version)
+                == "speculators layout"
+            )
 
 
 def _inspect(capsys, path, *flags):

@@ -11,6 +11,15 @@ from pathlib import Path
 
 import pytest
 from checkpoints import FIXTURES, write_checkpoint
+from plan_expectations import (
+    ENVS,
+    EXPECTED,
+    PLAN_TARGET_CONFIG,
+    RELEASES,
+    outcome_of,
+    refused,
+    relative_where,
+)
 from released_checkpoints import RELEASED
 
 from sglang_dspark_plugin.architectures import DSPARK_ARCHITECTURES, SGLANG_DSPARK_ARM
@@ -29,7 +38,6 @@ from sglang_dspark_plugin.serving.plan import ZERO_MARKOV_HEAD
 
 ALL_FIXTURES = {**FIXTURES, **RELEASED}  # the census fixtures and the released formats
 SUPPORTS = {v: SglangSupport.for_version(v) for v in ("0.5.17", "0.5.23")}
-ENVS = (None, "dflash", "dspark")
 EMBEDDED_BUILTIN = {  # drafter -> (builtin, sample_from_anchor, verify window) where it is served
     "drafter-dflash": ("DFLASH", None, 8),
     "drafter-dspark": ("DSPARK", True, 9),
@@ -77,24 +85,37 @@ def _check_plan(plan: ServePlan, expected_arm: str, version: str) -> None:
     assert pickle.loads(pickle.dumps(plan)) == plan and copy.deepcopy(plan) == plan
 
 
+@pytest.fixture(scope="module")
+def plan_target(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("plan-target")
+    (folder / "config.json").write_text(json.dumps(PLAN_TARGET_CONFIG))
+    return folder
+
+
+def test_the_table_states_every_fixture_on_every_release() -> None:
+    assert set(EXPECTED) == set(ALL_FIXTURES)
+    assert all(set(rows) == set(RELEASES) for rows in EXPECTED.values())
+
+
 @pytest.mark.parametrize("version", SUPPORTS)
 @pytest.mark.parametrize("env", ENVS, ids=lambda v: f"env={v!r}")
 @pytest.mark.parametrize("name", sorted(ALL_FIXTURES))
-def test_the_plan_of_every_fixture(name: str, env: str | None, version: str, folders) -> None:
+def test_the_plan_of_every_fixture(name: str, env: str | None, version: str, folders, plan_target) -> None:
+    """The plan serves or refuses each fixture exactly as ``plan_expectations.EXPECTED`` states: a plan
+    that refused too much fails as surely as one that refused too little."""
     fx = ALL_FIXTURES[name]
+    expected = EXPECTED[name][version][ENVS.index(env)]
+    request = LaunchRequest(draft=str(folders[name]), target=str(plan_target), harvest_env=env)
     try:
-        plan = _plan(folders[name], version, env)
+        plan = make_plan(request, SUPPORTS[version])
     except DsparkHarvestError as err:
         assert isinstance(err, ValueError), "sglang shows argument errors as ValueError"
-        if fx.expect in ("unsupported", "invalid"):
-            assert err.kind == fx.expect
-        elif env is None and fx.expect == "conflict":
-            assert err.kind == "conflict" and ENV_VAR in err.message  # the message names the override
-        else:  # the census resolved: only a servability refusal may stop it, and it says where
-            assert err.kind in ("unsupported", "invalid") and err.where
+        assert refused(err.kind, relative_where(err.where, str(folders[name]))) == expected, err.message
+        if err.kind == "conflict":
+            assert ENV_VAR in err.message  # the message names the override
         return
-    assert fx.expect not in ("unsupported", "invalid") and not (env is None and fx.expect == "conflict")
-    _check_plan(plan, env or fx.expect, version)
+    assert outcome_of(plan.builtin, plan.harvest.name(), plan.layout.mask_fill_dspark) == expected
+    _check_plan(plan, plan.harvest.name(), version)
     assert plan.resolution.source == ("env" if env is not None else fx.expect_source)
     if fx.block_size is not None:
         assert plan.geometry.block_size == fx.block_size

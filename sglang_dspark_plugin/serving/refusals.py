@@ -17,7 +17,7 @@ from ..harvest import ENV_VAR, Resolution
 from ..tensor_headers import tensor_headers
 from ..validation import is_int
 from .layout import DSPARK, Layout, architectures_of
-from .servability import servability, unloadable_layout
+from .servability import unbuilt_reason, unloadable_layout
 
 if TYPE_CHECKING:
     from .request import LaunchRequest, SglangSupport
@@ -120,6 +120,22 @@ def require_mask_token(cfg: DflashCfg) -> None:
         )
 
 
+def require_model_type(cfg: DflashCfg) -> None:
+    """Refuse a draft config without ``model_type``: sglang loads it with transformers' ``AutoConfig``
+    (either builtin, every release from 0.5.17), which refuses it after the target loaded, unless the
+    config names its own class (``auto_map.AutoConfig``, with ``--trust-remote-code``)."""
+    auto_map = cfg.raw.get("auto_map")
+    if cfg.raw.get("model_type") or (isinstance(auto_map, dict) and "AutoConfig" in auto_map):
+        return
+    raise InvalidCheckpointError(
+        f"{cfg.path}/config.json has no model_type: sglang reads a draft config through transformers' "
+        'AutoConfig, which refuses it ("Unrecognized model ... Should have a `model_type` key"). Add '
+        '"model_type" with the type of the drafter\'s backbone (for example "qwen3" for a Qwen3-based '
+        "drafter, as its target's config.json names it) to the draft's config.json.",
+        where=f"{cfg.path}/config.json: model_type",
+    )
+
+
 def dspark_arm_names(architectures: tuple[str, ...]) -> list[str]:
     """The draft's architecture names the dspark arm loads as its model; refuses any other drafter."""
     names = [a for a in architectures if a in SGLANG_DSPARK_ARM]
@@ -194,11 +210,13 @@ def check_servable(
     tensor_names: list[str] | None = None,
 ) -> None:
     """Refuse, before any model loads, a draft the builtin's worker would refuse after the target loaded:
-    the layout this sglang lacks; for DSPARK the mask token, the architecture, the Markov head's type
+    the layout this sglang lacks, a class it does not build, a config without model_type; for DSPARK
+    the mask token, the architecture, the Markov head's type
     and the vocabulary against the target's (``load_target``; None: not read); for DFLASH a
     DSpark-named drafter with a Markov head."""
     _require_layout(cfg, layout, resolution, support)
-    _require_buildable(cfg, resolution, support, tensor_names)
+    _require_buildable(cfg, layout, resolution, support, tensor_names)
+    require_model_type(cfg)
     architectures = architectures_of(cfg)
     if layout.builtin == DSPARK:
         require_mask_token(cfg)
@@ -219,21 +237,24 @@ def check_servable(
 
 
 def _require_buildable(
-    cfg: DflashCfg, resolution: Resolution, support: SglangSupport, tensor_names: list[str] | None
+    cfg: DflashCfg,
+    layout: Layout,
+    resolution: Resolution,
+    support: SglangSupport,
+    tensor_names: list[str] | None,
 ) -> None:
-    """The rule ``inspect`` reports (``servability``): a class this sglang release builds, in a layout
-    its loader reads. A release outside its class lists is left to the checks above."""
+    """A class this sglang release builds in ``layout``, in a weight layout its loader reads
+    (``servability.unbuilt_reason``). A release outside the class lists is left to the checks below."""
 
     if support.version not in SGLANG_BUILDS:
         return
     rank = 0 if cfg.markov_head is None else cfg.markov_head.rank
     names = list(tensor_headers(cfg.path)) if tensor_names is None else tensor_names
-    unloadable = unloadable_layout(cfg.raw, names)
-    (verdict,) = servability(resolution.harvest, cfg.architecture, rank, unloadable, (support.version,))
-    if not verdict.servable:
+    why = unbuilt_reason(layout, cfg.architecture, rank, unloadable_layout(cfg.raw, names), support.version)
+    if why is not None:
         raise UnsupportedCheckpointError(
             f"sglang {support.version} cannot serve the draft {cfg.path} under the "
-            f"{resolution.harvest.name()} harvest: {verdict.how}. `dspark-harvest inspect` lists what each "
+            f"{resolution.harvest.name()} harvest: {why}. `dspark-harvest inspect` lists what each "
             f"sglang release serves under each harvest; {ENV_VAR} chooses the harvest only where the "
             "census is wrong.",
             where="config.json: architectures",
@@ -261,6 +282,7 @@ __all__ = [
     "refuse_disaggregation",
     "refuse_uncapturable",
     "require_mask_token",
+    "require_model_type",
     "dspark_arm_names",
     "check_servable",
 ]

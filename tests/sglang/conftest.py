@@ -38,24 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/checkpo
 
 PLUGIN_LOGGER = "sglang_dspark_plugin"
 
-# A tiny Qwen3 target: prepare_server_args only reads its config.json (no weights, nothing downloaded).
-# 40 layers, so that sglang can capture every target layer id the fixture drafters name (<= 38).
-TARGET_CONFIG = {
-    "architectures": ["Qwen3ForCausalLM"],
-    "model_type": "qwen3",
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 8,
-    "num_hidden_layers": 40,
-    "vocab_size": 256,
-    "max_position_embeddings": 4096,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 10000.0,
-    "torch_dtype": "float32",
-    "tie_word_embeddings": False,
-}
+# A tiny Qwen3 target: prepare_server_args only reads its config.json (no weights, nothing downloaded);
+# the plan's expectations (tests/plan_expectations.py) are stated for a launch with it.
+from plan_expectations import PLAN_TARGET_CONFIG  # noqa: E402
 
 
 def sglang_version() -> str:
@@ -66,7 +51,7 @@ def sglang_version() -> str:
 def target_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A target model folder holding only a config.json."""
     d = tmp_path_factory.mktemp("target")
-    (d / "config.json").write_text(json.dumps(TARGET_CONFIG))
+    (d / "config.json").write_text(json.dumps(PLAN_TARGET_CONFIG))
     return d
 
 

@@ -17,20 +17,17 @@ import pytest
 import sglang
 import yaml
 from checkpoints import FIXTURES, write_checkpoint
-from conftest import TARGET_CONFIG, PluginLog
-from features import DECLARES, FOREIGN_DEFAULTS, MASK_FILL_DSPARK, RESOLVE_ONCE
+from conftest import PluginLog
+from features import DECLARES, FOREIGN_DEFAULTS, RESOLVE_ONCE
+from plan_expectations import ENVS, EXPECTED, PLAN_TARGET_CONFIG, outcome_of, refused, relative_where
 from sglang.srt.server_args import ServerArgs, prepare_server_args
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-from sglang_dspark_plugin.architectures import DSPARK_ARCHITECTURES
 from sglang_dspark_plugin.errors import (
     DsparkHarvestError,
     GeometryError,
     HarvestEnvError,
-    InvalidCheckpointError,
 )
-from sglang_dspark_plugin.harvest import DsparkHarvest
-from sglang_dspark_plugin.serving.servability import servability, unloadable_layout
 from sglang_dspark_plugin.sglang_plugin import register, resolution
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
@@ -60,86 +57,57 @@ def resolve(target: Path, draft: Path | None, *extra: str, device: str = "cuda",
     return server_args, server_args
 
 
-def expected_outcome(name: str, env: str | None) -> tuple[str, str]:
-    """("ok", arm) or ("error", kind) for a fixture under an env value, from the fixture's verdict."""
-    fx = FIXTURES[name]
-    outcome = _plugin_outcome(name, env)
-    if outcome[0] == "ok" and "model_type" not in fx.config:
-        # the plugin resolves first (start of argument resolution); sglang's own load of the draft
-        # config, after the rewrite to the builtin, then refuses a config without model_type
-        return ("sglang", "model_type")
-    return outcome
+def expected(name: str, env: str | None) -> str:
+    """What a launch of fixture ``name`` must do on this release (``plan_expectations.EXPECTED``), the
+    override as sglang reads it (``dSpark `` is dspark); a release outside the table: what ``inspect``
+    says of it (the same ``make_plan`` on its support record)."""
+    arm = None if env is None else env.strip().lower()
+    if arm not in (None, "dflash", "dspark") and FIXTURES[name].expect not in ("invalid", "unsupported"):
+        return refused("env", "MEMRA_DSPARK_HARVEST")  # a census that refuses refuses first
+    arm = arm if arm in ("dflash", "dspark") else None
+    rows = EXPECTED[name].get(sglang.__version__)
+    return inspect_says(_FOLDERS[name], arm) if rows is None else rows[ENVS.index(arm)]
 
 
-def _plugin_outcome(name: str, env: str | None) -> tuple[str, str]:
-    fx = FIXTURES[name]
-    if fx.expect in ("unsupported", "invalid"):
-        return ("error", fx.expect)  # the census refuses before the env value matters
-    if env is not None:
-        arm = env.strip().lower()
-        if arm not in ("dflash", "dspark"):
-            return ("error", "env")
-    elif fx.expect == "conflict":
-        return ("error", "conflict")
-    else:
-        arm = fx.expect
-    if arm_cannot_build(name, arm):
-        return ("error", "unsupported")
-    if builtin_for(name, arm) == "DSPARK" and rank_without_head_type(name):
-        return ("error", "invalid")  # sglang's own parse of its config.json refuses it
-    return ("ok", arm)
+def inspect_says(draft: Path, env: str | None, target: Path | None = None) -> str:
+    """``inspect``'s verdict for this release, in the table's words: a verdict that needs a block-size
+    flag is, for a launch without it, a refusal at that flag."""
+    from sglang_dspark_plugin.serving import LaunchRequest, SglangSupport
+    from sglang_dspark_plugin.serving.verdict import release_verdict
+
+    folder = str(draft)
+    request = LaunchRequest(draft=folder, target=None if target is None else str(target), harvest_env=env)
+    verdict = release_verdict(request, SglangSupport.for_version(sglang.__version__))
+    if verdict.needs is not None:
+        return refused("invalid", verdict.needs)
+    if verdict.builtin is None:
+        return refused(str(verdict.kind), relative_where(verdict.where, folder))
+    harvest = "dflash" if verdict.builtin == "DFLASH" or verdict.sample_from_anchor is False else "dspark"
+    return outcome_of(verdict.builtin, harvest, verdict.sample_from_anchor is False)
 
 
-DENSE_DSPARK = ("DSparkDraftModel", "Qwen3DSparkModel", "LingDSparkModel")  # sglang's models/dspark.py
+_FOLDERS: dict[str, Path] = {}
 
 
-def builtin_for(name: str, arm: str) -> str:
-    """The builtin serving a fixture under an arm: DSPARK for the shifted arm, and for a mask-fill drafter
-    with a DSpark architecture name and a Markov head (DSPARK's sample_from_anchor=false layout)."""
-    fx = FIXTURES[name]
-    if arm == "dspark":
-        return "DSPARK"
-    has_markov_head = any(k.startswith("markov_head.") for k in fx.tensors)
-    dspark_name = any(a in DSPARK_ARCHITECTURES for a in fx.config.get("architectures") or [])
-    return "DSPARK" if has_markov_head and dspark_name else "DFLASH"
+def pipeline_says(name: str, target: Path, checkpoint_dir: Path, **kw) -> tuple[str, object]:
+    """What sglang's real argument pipeline does with the fixture, in the table's words, and the
+    resolved (record, view) or the error."""
+    _FOLDERS.setdefault(name, write_checkpoint(checkpoint_dir, name))
+    return pipeline_says_of(_FOLDERS[name], target, **kw)
 
 
-def arm_cannot_build(name: str, arm: str) -> bool:
-    """The worker serving the arm cannot build this drafter, so argument resolution refuses it already.
-
-    DSPARK: sglang's dense DSpark model (or a DFlash-named drafter) only, with the target's vocabulary;
-    a mask-fill drafter served by DSPARK needs DSPARK's mask-fill layout (0.5.19 on). DFLASH: a
-    DSpark-named drafter without a Markov head loads as sglang's DFlashDraftModel.
-    """
-    fx = FIXTURES[name]
-    if not _release_builds(name, arm):
-        return True
-    if builtin_for(name, arm) == "DFLASH":
-        return False
-    if arm == "dflash" and not MASK_FILL_DSPARK:
-        return True
-    vocab = fx.config.get("vocab_size")  # the Markov head (the zero head too) is sized from it
-    if vocab is not None and vocab != TARGET_CONFIG["vocab_size"]:
-        return True
-    return not any(a in (*DENSE_DSPARK, "DFlashDraftModel") for a in fx.config.get("architectures") or [])
-
-
-def _release_builds(name: str, arm: str) -> bool:
-    """This sglang release's class lists (``servability``, checked against sglang's own EntryClass lists
-    by test_class_lists.py) name a class that builds the drafter, in a layout its loader reads."""
-    fx = FIXTURES[name]
-    archs = fx.config.get("architectures") or [None]
-    rank = max((shape[1] for k, shape in fx.tensors.items() if k.endswith("markov_w1.weight")), default=0)
-    unloadable = unloadable_layout(fx.config, list(fx.tensors))
-    (verdict,) = servability(DsparkHarvest.from_name(arm), archs[0], rank, unloadable, (sglang.__version__,))
-    return verdict.servable
-
-
-def rank_without_head_type(name: str) -> bool:
-    """config.json declares a Markov rank but no markov_head_type: sglang's parse refuses it."""
-    cfg = FIXTURES[name].config
-    holders = [cfg, *(cfg.get(k) or {} for k in ("dflash_config", "dspark_config"))]
-    return any(h.get("markov_rank") for h in holders) and not any(h.get("markov_head_type") for h in holders)
+def pipeline_says_of(draft: Path, target: Path, **kw) -> tuple[str, object]:
+    """``pipeline_says`` for any draft folder."""
+    try:
+        record, view = resolve(target, draft, **kw)
+    except DsparkHarvestError as err:
+        return refused(err.kind, relative_where(err.where, str(draft))), err
+    plan = resolution.plan_of(record)
+    assert plan is not None
+    return outcome_of(view.speculative_algorithm, plan.harvest.name(), plan.layout.mask_fill_dspark), (
+        record,
+        view,
+    )
 
 
 def expected_verify_window(block_size: int, arm: str) -> int:
@@ -157,84 +125,48 @@ def registered() -> None:
 def test_every_fixture_and_env(
     name: str, env: str | None, target_dir: Path, checkpoint_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """sglang's real pipeline serves or refuses each fixture exactly as the table states, and exactly
+    as ``inspect`` reports for this release (an override sglang refuses aside)."""
     fx = FIXTURES[name]
-    draft = write_checkpoint(checkpoint_dir, name)
     if env is not None:
         monkeypatch.setenv("MEMRA_DSPARK_HARVEST", env)
-    outcome, detail = expected_outcome(name, env)
-
-    if outcome != "ok":
-        with pytest.raises(ValueError) as info:
-            resolve(target_dir, draft)
-        err = info.value
-        if outcome == "sglang":
-            assert "model_type" in str(err)
-            return
-        assert isinstance(err, DsparkHarvestError), repr(err)
-        assert err.kind == detail
-        if detail == "env":
-            assert isinstance(err, HarvestEnvError)
-            assert "MEMRA_DSPARK_HARVEST" in str(err) and repr(env) in str(err)
-        if detail == "conflict":
-            assert "MEMRA_DSPARK_HARVEST" in str(err)  # the message names the override
+    said, got = pipeline_says(name, target_dir, checkpoint_dir)
+    assert said == expected(name, env), getattr(got, "message", got)
+    arm = None if env is None else env.strip().lower()
+    if arm in (None, "dflash", "dspark"):
+        assert said == inspect_says(_FOLDERS[name], arm, target_dir)
+    if isinstance(got, Exception):
+        assert isinstance(got, ValueError)  # sglang shows argument errors as ValueError
+        if got.kind == "env":
+            assert isinstance(got, HarvestEnvError) and repr(env) in str(got)
+        if got.kind in ("env", "conflict"):
+            assert "MEMRA_DSPARK_HARVEST" in str(got)  # the message names the override
         return
-
-    record, view = resolve(target_dir, draft)
+    record, view = got
+    served = resolution.plan_of(record)
     b = fx.block_size
-    assert b is not None
-    width = expected_verify_window(b, detail)
-    builtin = builtin_for(name, detail)
-    assert view.speculative_algorithm == builtin  # served as the builtin it resolves to
-    assert resolution.plan_of(record).harvest.name() == detail
-    assert view.speculative_num_draft_tokens == width
-    assert view.speculative_num_steps == 1
-    assert view.speculative_eagle_topk == 1
-    assert resolution.plan_of(record).geometry.block_size == b
+    assert served is not None and b is not None
+    detail = served.harvest.name()
+    assert view.speculative_num_draft_tokens == expected_verify_window(b, detail)
+    assert view.speculative_num_steps == 1 and view.speculative_eagle_topk == 1
+    # with a serving device (cuda) sglang's builtin _handle_dflash/_handle_dspark ran on the plan's geometry
+    assert view.max_running_requests == 48  # set only by sglang's builtin DFlash-family handlers
+    if served.builtin == "DFLASH":
+        assert view.speculative_draft_attention_backend is not None  # _resolve_dflash_draft_attention_backend
+    assert served.geometry.block_size == b
     if DECLARES:
         assert record.speculative_num_draft_tokens is None  # declared, the raw input untouched
-    served = resolution.plan_of(record)
-    assert served is not None
-    assert served.resolution.harvest.name() == detail
     assert served.resolution.source == ("env" if env is not None else fx.expect_source)
-    assert served.geometry.verify_window == width
     algo = SpeculativeAlgorithm.from_string(view.speculative_algorithm)
-    assert algo is SpeculativeAlgorithm[builtin]  # sglang's own member: its predicates, its checks
+    assert algo is SpeculativeAlgorithm[served.builtin]  # sglang's own member: its predicates, its checks
     assert (
         algo.create_worker(record).__name__
         == {
             ("dflash", "DFLASH"): "HarvestDFlashWorker",
             ("dspark", "DSPARK"): "HarvestDSparkWorker",
             ("dflash", "DSPARK"): "HarvestMaskFillDSparkWorker",
-        }[detail, builtin]
+        }[detail, served.builtin]
     )
-
-
-@pytest.mark.parametrize("env", (None, "dflash", "dspark"), ids=lambda v: f"env={v!r}")
-@pytest.mark.parametrize(
-    "name", sorted(n for n, f in FIXTURES.items() if f.resolves and "model_type" in f.config)
-)
-def test_cuda_device_runs_the_builtin_handler(
-    name: str, env: str | None, target_dir: Path, checkpoint_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With a serving device the builtin _handle_dflash/_handle_dspark runs on our geometry."""
-    fx = FIXTURES[name]
-    if env is not None:
-        monkeypatch.setenv("MEMRA_DSPARK_HARVEST", env)
-    arm = env or fx.expect
-    if arm_cannot_build(name, arm):
-        with pytest.raises(ValueError, match="MEMRA_DSPARK_HARVEST|target's tokenizer") as info:
-            resolve(target_dir, write_checkpoint(checkpoint_dir, name), device="cuda")
-        assert info.value.kind == "unsupported"
-        return
-    if builtin_for(name, arm) == "DSPARK" and rank_without_head_type(name):
-        with pytest.raises(InvalidCheckpointError, match="markov_head_type"):
-            resolve(target_dir, write_checkpoint(checkpoint_dir, name), device="cuda")
-        return
-    _, view = resolve(target_dir, write_checkpoint(checkpoint_dir, name), device="cuda")
-    assert view.speculative_num_draft_tokens == expected_verify_window(fx.block_size, arm)
-    assert view.max_running_requests == 48  # set only by sglang's builtin DFlash-family handlers
-    if builtin_for(name, arm) == "DFLASH":
-        assert view.speculative_draft_attention_backend is not None  # _resolve_dflash_draft_attention_backend
 
 
 @pytest.mark.parametrize("arm", ("dflash", "dspark"))
@@ -378,14 +310,12 @@ def test_config_files(
         monkeypatch.setenv("MEMRA_DSPARK_HARVEST", env)
     settings = yaml.safe_load(config.read_text())
     assert settings["speculative-algorithm"] == "DSPARK_HARVEST"
-    arm = env or fx.expect
-    if arm_cannot_build(name, arm):  # refused the same way through a config file
-        with pytest.raises(ValueError, match="Markov head"):
-            resolve(target_dir, write_checkpoint(checkpoint_dir, name), config=config)
+    said, got = pipeline_says(name, target_dir, checkpoint_dir, config=config)
+    assert said == expected(name, env)  # served or refused the same way through a config file
+    if isinstance(got, Exception):
         return
-    _, view = resolve(target_dir, write_checkpoint(checkpoint_dir, name), config=config)
-    assert view.speculative_algorithm == builtin_for(name, arm)
-    assert view.speculative_num_draft_tokens == expected_verify_window(fx.block_size, arm)
+    _, view = got
+    assert view.speculative_num_draft_tokens == expected_verify_window(fx.block_size, said.split()[-1])
     parser = argparse.ArgumentParser()
     ServerArgs.add_cli_args(parser)
     options = {a.dest for a in parser._actions}
@@ -433,11 +363,9 @@ def test_uncapturable_target_layers_are_refused_before_any_load(layers, tmp_path
     """sglang captures layer i's output before layer i+1: a Qwen3 target of N layers can give a
     drafter layers 0..N-2 only. The embedded-style drafter reads [1, 4, 6]: servable from 8 layers,
     not from 7 (layer 6 is then the last one)."""
-    from conftest import TARGET_CONFIG
-
     target = tmp_path / "target"
     target.mkdir()
-    (target / "config.json").write_text(json.dumps({**TARGET_CONFIG, "num_hidden_layers": layers}))
+    (target / "config.json").write_text(json.dumps({**PLAN_TARGET_CONFIG, "num_hidden_layers": layers}))
     draft = write_checkpoint(checkpoint_dir, "specforge_dflash")
     cfg = json.loads((draft / "config.json").read_text())
     cfg["dflash_config"]["target_layer_ids"] = [1, 4, 6]
@@ -458,3 +386,41 @@ def test_uncapturable_target_layers_are_refused_before_any_load(layers, tmp_path
     msg = str(err)
     assert "sglang cannot serve this drafter" in msg and "[1, 4, 6]" in msg and "[6]" in msg
     assert "7 layers" in msg and "<= 5" in msg
+
+
+def _no_mask_token(config: dict) -> None:
+    config.pop("mask_token_id", None)
+    config.get("dflash_config", {}).pop("mask_token_id", None)
+
+
+def _with_dspark_keys(config: dict) -> None:
+    config.update(
+        dspark_block_size=config["block_size"], dspark_noise_token_id=config["dflash_config"]["mask_token_id"]
+    )
+
+
+ONCE_DISAGREED = {  # drafts where inspect and the launch once disagreed: (drafter, config edit)
+    "dspark-arm-without-mask-token": ("drafter-dspark", _no_mask_token),
+    "without-block-size": ("drafter-dflash", lambda c: c.pop("block_size")),
+    "without-model-type": ("drafter-dflash", lambda c: c.pop("model_type")),
+    "with-sglangs-dspark-keys": ("drafter-dspark", _with_dspark_keys),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ONCE_DISAGREED))
+def test_inspect_and_the_pipeline_agree_where_they_once_did_not(case: str, tmp_path: Path) -> None:
+    """Through sglang's own pipeline, with the embedded target: what inspect reports for this release."""
+    import shutil
+
+    from sglang_dspark_plugin.embedded import EMBEDDED
+
+    drafter, edit = ONCE_DISAGREED[case]
+    folder = tmp_path / drafter
+    shutil.copytree(EMBEDDED.root / drafter, folder)
+    config = json.loads((folder / "config.json").read_text())
+    edit(config)
+    (folder / "config.json").write_text(json.dumps(config))
+    said, got = pipeline_says_of(folder, EMBEDDED.target)
+    assert said == inspect_says(folder, None, EMBEDDED.target), getattr(got, "message", got)
+    served = not isinstance(got, Exception)
+    assert served == (case == "with-sglangs-dspark-keys")  # the other three are refused, typed
