@@ -17,6 +17,7 @@ from sglang_dspark_plugin.errors import DsparkHarvestError, GeometryError, Inval
 from sglang_dspark_plugin.harvest import ENV_VAR
 from sglang_dspark_plugin.serving import LaunchRequest, ServePlan, SglangSupport, make_plan
 from sglang_dspark_plugin.serving.bundled import KEYS, SUBFOLDER
+from sglang_dspark_plugin.serving.route import ServedHead
 
 NEW, OLD = SglangSupport.for_version("0.5.23"), SglangSupport.for_version("0.5.17")
 FLAG = "--speculative-draft-model-path"
@@ -177,7 +178,7 @@ def test_a_target_config_with_dspark_keys_is_its_own_draft(tmp_path: Path, suppo
     g = plan.geometry
     assert (plan.harvest.name(), g.block_size, g.gamma, g.verify_window) == ("dspark", 5, 5, 6)
     assert plan.declared_args == {"speculative_algorithm": "DSPARK", "speculative_num_draft_tokens": 6}
-    assert plan.served_markov_head == (RANK, "vanilla")
+    assert plan.route.head == ServedHead(RANK, "vanilla") and plan.route.loads_as is None  # sglang's class
     assert plan.manifest["bundled"] == {"form": KEYS, "draft": str(target), "revision": "v1"}
     assert plan.manifest["draft_revision"] == "v1"  # sglang gives the draft the target's --revision
     assert "dspark_* keys" in plan.describe()

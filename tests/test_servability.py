@@ -30,7 +30,7 @@ BUILDS = None
         (MASK_FILL_DSPARK, "Gemma4DSparkModel", 4, {"0.5.17": "no mask-fill", "0.5.23": "no mask-fill"}),
         # without a Markov head it loads as DFlashDraftModel on both
         (MASK_FILL, "DSparkDraftModel", 0, {"0.5.17": BUILDS, "0.5.23": BUILDS}),
-        (MASK_FILL, "DSparkDraftModel", 4, {"0.5.17": "registers no", "0.5.23": "registers no"}),
+        (MASK_FILL, "DSparkDraftModel", 4, {"0.5.17": "would drop", "0.5.23": "would drop"}),
         # a class only 0.5.19 and later register
         (MASK_FILL, "DFlash2DraftModel", 0, {"0.5.17": "registers no", "0.5.23": BUILDS}),
         (SHIFTED, "K3DSparkModel", 8, {"0.5.17": "registers no", "0.5.23": "registers no"}),

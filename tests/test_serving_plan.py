@@ -34,7 +34,7 @@ from sglang_dspark_plugin.serving import (
     SglangSupport,
     make_plan,
 )
-from sglang_dspark_plugin.serving.plan import ZERO_MARKOV_HEAD
+from sglang_dspark_plugin.serving.route import DFLASH_MODEL, DSPARK_MODEL, ZERO_HEAD, ServedHead
 
 ALL_FIXTURES = {**FIXTURES, **RELEASED}  # the census fixtures and the released formats
 SUPPORTS = {v: SglangSupport.for_version(v) for v in ("0.5.17", "0.5.23")}
@@ -71,11 +71,17 @@ def _check_plan(plan: ServePlan, expected_arm: str, version: str) -> None:
     assert not mask_fill_dspark or SUPPORTS[version].mask_fill_dspark  # 0.5.17 has no such layout
     # DSPARK's gamma flag: b-1 for a mask-fill DSpark drafter, else the builtin reads the checkpoint
     assert declared.get("speculative_dspark_block_size") == (g.gamma if mask_fill_dspark else None)
-    head = plan.served_markov_head
+    route = plan.route
+    head = route.head
     assert (head is None) == (plan.builtin == DFLASH)
-    if head is not None:
-        assert head[0] >= 1 and head[1] in ("vanilla", "gated", "rnn")
-        assert head == ZERO_MARKOV_HEAD or plan.cfg.markov_head is not None
+    if head is not None:  # one form: the census's head, or the zero head where the checkpoint has none
+        assert head.rank >= 1 and head.head_type in ("vanilla", "gated", "rnn")
+        assert (head is ZERO_HEAD) == (plan.cfg.markov_head is None)
+        assert route.loads_as == DSPARK_MODEL and set(route.names) <= set(SGLANG_DSPARK_ARM) and route.names
+        assert route.mask_token_id == plan.cfg.mask_token_id
+        assert route.sample_from_anchor == plan.layout.sample_from_anchor
+    else:  # DFLASH: a DSpark-named drafter (no head) loads as DFlashDraftModel, any other as itself
+        assert route.loads_as in (None, DFLASH_MODEL) and (route.loads_as is None) == (not route.names)
     if plan.builtin == DSPARK:
         assert plan.cfg.mask_token_id is not None
         assert any(a in SGLANG_DSPARK_ARM for a in plan.architectures)
@@ -256,9 +262,9 @@ def test_a_markov_head_only_the_tensors_declare(tmp_path) -> None:
     head = shifted.cfg.markov_head
     assert shifted.cfg.markov_rank is None and head is not None
     assert (head.rank, head.head_type, head.declared_by) == (8, "gated", "tensors")
-    assert shifted.served_markov_head == (8, "gated") and shifted.manifest["markov_head"]["rank"] == 8
+    assert shifted.route.head == ServedHead(8, "gated") and shifted.manifest["markov_head"]["rank"] == 8
     mask_fill = _plan(draft, "0.5.23", env="dflash")
-    assert mask_fill.layout.mask_fill_dspark and mask_fill.served_markov_head == (8, "gated")
+    assert mask_fill.layout.mask_fill_dspark and mask_fill.route.head == ServedHead(8, "gated")
     with pytest.raises(ServeRefusal, match="0.5.19 or later"):
         _plan(draft, "0.5.17", env="dflash")
 

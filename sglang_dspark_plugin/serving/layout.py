@@ -56,17 +56,12 @@ def architectures_of(cfg: DflashCfg) -> tuple[str, ...]:
     return tuple(str(n) for n in names)
 
 
-def harvest_layout(harvest: DsparkHarvest) -> Layout:
-    """The layout of a harvest's own builtin: SHIFTED (DSPARK) or MASK_FILL (DFLASH)."""
-    return SHIFTED if harvest is DsparkHarvest.DSPARK else MASK_FILL
-
-
 def layout_for(harvest: DsparkHarvest, cfg: DflashCfg) -> Layout:
     """The builtin and query layout that serve ``harvest`` for the census ``cfg``."""
     dspark_named = any(a in DSPARK_ARCHITECTURES for a in architectures_of(cfg))
     if harvest is DsparkHarvest.DFLASH and dspark_named and cfg.markov_head is not None:
         return MASK_FILL_DSPARK
-    return harvest_layout(harvest)
+    return SHIFTED if harvest is DsparkHarvest.DSPARK else MASK_FILL
 
 
 __all__ = [
@@ -77,6 +72,5 @@ __all__ = [
     "MASK_FILL_DSPARK",
     "SHIFTED",
     "architectures_of",
-    "harvest_layout",
     "layout_for",
 ]

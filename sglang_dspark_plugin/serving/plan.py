@@ -45,11 +45,9 @@ from .request import (
     SglangSupport,
     flag_field,
 )
+from .route import DraftRoute, route_for
 from .target_checkpoint import TargetCheckpoint, load_target
 from .width import served_block_size
-
-ZERO_MARKOV_HEAD = (1, "vanilla")
-"""The head DSPARK serves for a shifted drafter without one: rank 1, zeroed after loading."""
 
 
 @dataclass(frozen=True)
@@ -102,13 +100,10 @@ class ServePlan:
         )
 
     @property
-    def served_markov_head(self) -> tuple[int, str] | None:
-        """``(rank, head type)`` DSPARK builds for this draft (the zero head for a shifted drafter without
-        one); ``None`` when DFLASH serves it."""
-        if self.builtin != DSPARK:
-            return None
-        head = self.cfg.markov_head
-        return ZERO_MARKOV_HEAD if head is None else (head.rank, cast(str, head.head_type))
+    def route(self) -> DraftRoute:
+        """What the worker builds its draft as: the class the draft's names load as, and for DSPARK the
+        Markov head (the zero head for a shifted drafter without one), mask token and query layout."""
+        return route_for(self.layout, self.cfg, self.architectures)
 
     @property
     def narrowed(self) -> bool:
@@ -208,6 +203,16 @@ def _resolve(request: LaunchRequest, support: SglangSupport) -> _Draft:
     return _Draft(cfg, resolution, geometry, source, bundled, advice, target)
 
 
+def _steps_advice(request: LaunchRequest, layout: Layout) -> tuple[str, ...]:
+    """A WARNING for each steps/topk flag other than 1: the builtin's handler overrides it to 1."""
+    given = (("--speculative-num-steps", request.num_steps), ("--speculative-eagle-topk", request.eagle_topk))
+    return tuple(
+        f"{ALGORITHM} (like {layout.builtin}) only supports {flag} 1; overriding {value} to 1."
+        for flag, value in given
+        if value is not None and str(value).strip() != "1"
+    )
+
+
 def make_plan(request: LaunchRequest, support: SglangSupport) -> ServePlan:
     """The plan for ``request`` on ``support``, after every refusal that is the plugin's own."""
     draft = _resolve(request, support)
@@ -250,7 +255,11 @@ def make_plan(request: LaunchRequest, support: SglangSupport) -> ServePlan:
     except DsparkHarvestError as err:
         raise as_serve_refusal(err) from err
     narrowed = None if geometry is trained else trained.block_size
-    advice = (*draft.advice, *(() if peer_advice is None else (peer_advice,)))
+    advice = (
+        *draft.advice,
+        *(() if peer_advice is None else (peer_advice,)),
+        *_steps_advice(request, layout),
+    )
     return ServePlan(
         request,
         support,
@@ -271,7 +280,6 @@ __all__ = [
     "LaunchRequest",
     "SglangSupport",
     "ServePlan",
-    "ZERO_MARKOV_HEAD",
     "flag_field",
     "make_plan",
 ]

@@ -35,8 +35,10 @@ def _not_shifted(version: str, architecture: str) -> str | None:
 def _not_mask_fill(version: str, architecture: str, markov_rank: int) -> str | None:
     if architecture in SGLANG_BUILDS[version][DFLASH]:
         return None
-    if architecture in SGLANG_DENSE_DSPARK and markov_rank == 0:
-        return None  # loads as DFlashDraftModel: the same backbone, no head to drop
+    if architecture in SGLANG_DENSE_DSPARK:
+        if markov_rank == 0:
+            return None  # loads as DFlashDraftModel: the same backbone, no head to drop
+        return f"{architecture} has a rank-{markov_rank} Markov head, which sglang's DFLASH would drop"
     return f"sglang {version}'s DFLASH registers no {architecture} class"
 
 

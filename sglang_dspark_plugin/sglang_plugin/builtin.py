@@ -55,7 +55,6 @@ def rewrite_to_builtin(server_args: Any) -> Any:
         return None
     plan = make_plan(launch_request(record), sglang_support())
     require_worker_contract()  # a sglang that lacks what the workers need stops here, once
-    override_steps_and_topk(record, plan.builtin)
     # The builtin reads the block size from the checkpoint itself and derives steps and topk; the plan
     # names the builtin, the verify window its harvest needs and (mask-fill DSpark) DSPARK's gamma.
     adapter().declare_args(record, SOURCE, **plan.declared_args)
@@ -68,19 +67,6 @@ def rewrite_to_builtin(server_args: Any) -> Any:
         plan.builtin,
     )
     return plan
-
-
-def override_steps_and_topk(record: Any, builtin: str) -> None:
-    """Warn about steps/topk flags other than 1 (the builtin handlers override them to 1 too)."""
-    for field, flag in (
-        ("speculative_num_steps", "--speculative-num-steps"),
-        ("speculative_eagle_topk", "--speculative-eagle-topk"),
-    ):
-        value = read_arg(record, field)
-        if value is not None and str(value).strip() != "1":
-            logger.warning(
-                "%s (like %s) only supports %s 1; overriding %s to 1.", ALGORITHM, builtin, flag, value
-            )
 
 
 def check_rewritten(server_args: Any) -> None:
@@ -124,7 +110,7 @@ def worker_after_create(result: Any, algorithm: Any, server_args: Any, *args: An
         )
     from .workers import parent_worker_of, worker_class_for
 
-    cls = worker_class_for(plan.harvest, plan.builtin)
+    cls = worker_class_for(plan.layout)
     if result is not parent_worker_of(cls):
         logger.warning(
             "%s: sglang chose %r for %s (a platform's own worker, not %s); serving with it as the "
@@ -151,7 +137,6 @@ def register_early_hooks() -> str:
 __all__ = [
     "SOURCE",
     "rewrite_to_builtin",
-    "override_steps_and_topk",
     "check_rewritten",
     "register_early_hooks",
     "worker_after_create",

@@ -1,11 +1,11 @@
 """The dspark arm's draft model: sglang's ``DSparkDraftModel`` built from a draft config rewritten to
-what the arm serves (the query layout, the census's Markov head, a zero rank-1 head where the checkpoint
-has none), and the parse hook that makes sglang's own parse of that config agree."""
+what the plan's route serves (``serving.route``: the query layout, the census's Markov head, the zero
+rank-1 head where the checkpoint has none), and the parse answer that makes sglang's own parse of that
+config agree."""
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
@@ -14,6 +14,7 @@ from sglang.srt.speculative.dspark_components.dspark_config import parse_dspark_
 
 from ..errors import InvalidCheckpointError
 from ..harvest import ENV_VAR
+from ..serving.route import DraftRoute
 
 
 def _cfg_get(config: Any, key: str) -> Any:
@@ -46,34 +47,22 @@ def _set_markov(config: Any, rank: int, head_type: str) -> None:
         _cfg_set(text, "markov_head_type", head_type)
 
 
-def _declared_head_type(config: Any) -> str | None:
-    for holder in (config, _cfg_get(config, "dspark_config"), _cfg_get(config, "dflash_config")):
-        if holder is not None and _cfg_get(holder, "markov_head_type") is not None:
-            return str(_cfg_get(holder, "markov_head_type")).lower()
-    value = _cfg_get(config, "dspark_markov_head_type")
-    return None if value is None else str(value).lower()
+def prepare_dspark_arm_config(config: Any, route: DraftRoute) -> bool:
+    """Make a draft ``hf_config`` say what the plan's route serves; True when it builds the zero head.
 
-
-def prepare_dspark_arm_config(
-    config: Any,
-    *,
-    markov_rank: int | None = None,
-    mask_token_id: int | None = None,
-    markov_head_type: str | None = None,
-    sample_from_anchor: bool = True,
-) -> bool:
-    """Make a draft ``hf_config`` say what the DSpark worker serves; True when it has no Markov head.
-
-    ``markov_rank`` is the census's reading (it also knows spellings sglang does not read, such as
-    ``dflash_config.markov_rank``); ``None`` keeps sglang's own reading. Sets ``sample_from_anchor =
-    True`` (anchor-first, the shifted convention); a checkpoint without a Markov head gets a rank-1
-    vanilla head, zeroed by ``HarvestDSparkDraftModel``; ``mask_token_id`` comes from the census when
+    Sets ``sample_from_anchor`` (sglang reads the top level only, whatever spelling the checkpoint
+    declared it in), the route's Markov head in every spelling sglang reads (a checkpoint without one
+    gets the zero rank-1 head, zeroed by ``HarvestDSparkDraftModel``) and the route's mask token where
     sglang's DSpark lookup finds none. Raises ``InvalidCheckpointError`` when sglang cannot parse it.
-    ``sample_from_anchor=False`` is the mask-fill layout (a mask-fill drafter with a Markov head,
-    ``layout.MASK_FILL_DSPARK``): whatever spelling the checkpoint declared it in, sglang reads the top
-    level only.
     """
-    _cfg_set(config, "sample_from_anchor", bool(sample_from_anchor))
+    head = route.head
+    if head is None:  # the plan hands the plugin's model a head always (``serving.route``)
+        raise InvalidCheckpointError(
+            "the draft route names no Markov head for the dspark arm's model; pass sglang's resolved "
+            "server args on unchanged (the plan decides the head).",
+            where="draft route",
+        )
+    _cfg_set(config, "sample_from_anchor", bool(route.sample_from_anchor))
     try:
         parsed = parse_dspark_draft_config(draft_hf_config=config)
     except ValueError as exc:
@@ -83,33 +72,23 @@ def prepare_dspark_arm_config(
             f"the DFlash strategy, serve it with {ENV_VAR}=dflash).",
             where="config.json",
         ) from exc
-    rank = parsed.markov_rank if markov_rank is None else int(markov_rank)
-    no_markov = rank == 0
-    if no_markov:
-        _set_markov(config, 1, "vanilla")
-        # A confidence head (non-static ragged verify) must not read Markov features that are all zero.
-        if _cfg_get(config, "confidence_head_with_markov") is None:
-            _cfg_set(config, "confidence_head_with_markov", False)
-    elif rank != parsed.markov_rank or _cfg_get(config, "markov_rank") != rank:
+    top_level = _cfg_get(config, "markov_rank")
+    if head.zero or (parsed.markov_rank, parsed.markov_head_type) != head.parsed or top_level != head.rank:
         # The model builds its head from the top-level keys only, wherever sglang's parser found them.
-        head_type = parsed.markov_head_type or _declared_head_type(config) or markov_head_type
-        if head_type is None:
-            raise InvalidCheckpointError(
-                f"the draft has a rank-{rank} Markov head but config.json names no markov_head_type; "
-                'add "markov_head_type": "vanilla" | "gated" | "rnn" (the head it was trained with).',
-                where="config.json: markov_head_type",
-            )
-        _set_markov(config, rank, head_type)
-    if parsed.mask_token_id is None and mask_token_id is not None:
-        _cfg_set(config, "mask_token_id", int(mask_token_id))
+        _set_markov(config, head.rank, head.head_type)
+    if head.zero and _cfg_get(config, "confidence_head_with_markov") is None:
+        # A confidence head (non-static ragged verify) must not read Markov features that are all zero.
+        _cfg_set(config, "confidence_head_with_markov", False)
+    if parsed.mask_token_id is None and route.mask_token_id is not None:
+        _cfg_set(config, "mask_token_id", int(route.mask_token_id))
     check = parse_dspark_draft_config(draft_hf_config=config)
-    if not check.require_markov() or (not no_markov and check.markov_rank != rank):
+    if not check.require_markov() or check.markov_rank != head.rank:
         raise InvalidCheckpointError(
-            f"could not make sglang read this draft's Markov head (census rank {rank}, sglang reads "
+            f"could not make sglang read this draft's Markov head (census rank {head.rank}, sglang reads "
             f"{check.markov_rank}); report the config.json keys holding markov_rank.",
             where="config.json",
         )
-    return no_markov
+    return head.zero
 
 
 def with_markov_head(result: Any, head: tuple[int, str]) -> Any:
@@ -122,32 +101,14 @@ def with_markov_head(result: Any, head: tuple[int, str]) -> Any:
     return structs.replace(result, markov_rank=head[0], markov_head_type=head[1])
 
 
-@dataclass(frozen=True)
-class DraftRoute:
-    """What ``draft_routes.dspark_draft_route`` tells the model it builds (``None``: sglang's reading)."""
-
-    markov_rank: int | None
-    mask_token_id: int | None
-    markov_head_type: str | None = None
-    sample_from_anchor: bool = True
-
-
 class HarvestDSparkDraftModel(DSparkDraftModel):
     """sglang's dense DSpark draft model in the route's query layout (anchor-first unless the route says
-    mask-fill), with a zero Markov head when the checkpoint has none."""
+    mask-fill), with a zero Markov head when the checkpoint has none; built inside ``draft_route`` only."""
 
     _route: ClassVar[DraftRoute | None] = None
 
     def __init__(self, config: Any, quant_config: Any = None, prefix: str = "") -> None:
-        route = type(self)._route
-        route = route if route is not None else DraftRoute(None, None)
-        no_markov = prepare_dspark_arm_config(
-            config,
-            markov_rank=route.markov_rank,
-            mask_token_id=route.mask_token_id,
-            markov_head_type=route.markov_head_type,
-            sample_from_anchor=route.sample_from_anchor,
-        )
+        no_markov = prepare_dspark_arm_config(config, type(self)._route or DraftRoute(None))
         super().__init__(config=config, quant_config=quant_config, prefix=prefix)
         self.dspark_harvest_zero_markov = no_markov
         self._zero_markov_head()
@@ -175,7 +136,6 @@ class HarvestDSparkDraftModel(DSparkDraftModel):
 
 
 __all__ = [
-    "DraftRoute",
     "HarvestDSparkDraftModel",
     "prepare_dspark_arm_config",
     "with_markov_head",

@@ -142,13 +142,14 @@ def served_markov_after_parse(result: Any, *args: Any, **kwargs: Any) -> Any:
     if not name:
         return None
     plan = plan_of(published_server_args())
-    if plan is None or plan.served_markov_head is None:
+    head = None if plan is None else plan.route.head
+    if plan is None or head is None:
         return None
     if not (same_path(name, plan.draft) or same_path(name, plan.cfg.path)):
         return None
     from . import draft_model
 
-    return draft_model.with_markov_head(result, plan.served_markov_head)
+    return draft_model.with_markov_head(result, head.parsed)
 
 
 _finders: dict[str, _PatchOnImport] = {}

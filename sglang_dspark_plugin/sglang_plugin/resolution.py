@@ -14,6 +14,7 @@ pickle and deep-copy it into every scheduler process. Nothing goes through the p
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import json
@@ -43,13 +44,17 @@ REQUEST_FIELDS = (
     flag_field(DFLASH_BLOCK_FLAG),
     flag_field(DSPARK_BLOCK_FLAG),
     "disaggregation_mode",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
 )
 """The server arguments a ``LaunchRequest`` is made of."""
 
 
+@functools.cache
 def adapter() -> ModuleType:
     """The adapter of the installed sglang: ``adapter_0523`` where it has the resolution-hook API
-    (``sglang.srt.arg_groups.resolution_hooks``), else ``adapter_0517``; both define the same names."""
+    (``sglang.srt.arg_groups.resolution_hooks``), else ``adapter_0517``; both define the same names.
+    Chosen once, at ``register()`` (the installed sglang does not change within a process)."""
     try:
         found = importlib.util.find_spec("sglang.srt.arg_groups.resolution_hooks") is not None
     except ModuleNotFoundError:  # no sglang.srt.arg_groups at all

@@ -16,23 +16,15 @@ from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
 from sglang.srt.speculative.dspark_components.dspark_worker_v2 import DSparkWorkerV2
 
 from ..errors import GeometryError
-from ..harvest import ENV_VAR, DsparkHarvest
 from ..live_probe import LiveProbe, request_anchor
 from ..logsafe import safe_logger
 from ..rank_agreement import agreement_values, check_rank_agreement
 from ..serving import ServePlan
-from ..serving.layout import DFLASH, DSPARK, MASK_FILL, MASK_FILL_DSPARK, SHIFTED, harvest_layout
+from ..serving.layout import MASK_FILL, MASK_FILL_DSPARK, SHIFTED, Layout
 from ..serving.placement import AttentionRanks, telemetry_placement
-from .draft_model import HarvestDSparkDraftModel, prepare_dspark_arm_config
-from .draft_routes import (
-    DSPARK_ARCHITECTURES,
-    DSPARK_ARM_ARCHITECTURES,
-    dflash_draft_route,
-    dspark_draft_route,
-    route_of,
-)
-from .hooks import PARSE_HOOK_TARGET, RESULT_HOOK_TARGET, TARGET_CONTRACT, register_hooks
-from .resolution import announce, optional_arg, read_arg, require_plan
+from .draft_routes import draft_route
+from .hooks import TARGET_CONTRACT
+from .resolution import announce, optional_arg, require_plan
 
 if TYPE_CHECKING:
     from ..telemetry import AcceptTelemetry, DeferredRounds
@@ -159,7 +151,7 @@ def _server_args(worker: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
 class _HarvestWorkerMixin:
     """Resolution, rank agreement and the per-round telemetry hook, common to both arms."""
 
-    dspark_harvest: ClassVar[DsparkHarvest]
+    dspark_layout: ClassVar[Layout]  # the plan layout this worker serves (``worker_class_for``)
     dspark_plan: ServePlan | None = None
     dspark_telemetry: AcceptTelemetry | None = None
     dspark_probe: LiveProbe | None = None
@@ -167,22 +159,9 @@ class _HarvestWorkerMixin:
     dspark_work: Any = NO_WORK  # entered around the plugin's per-round work (``plugin_work``)
 
     def _dspark_harvest_init(self, server_args: Any) -> ServePlan:
+        """The plan sglang handed this scheduler (the factory chose this class by its layout), the rank
+        agreement, and the telemetry."""
         plan = require_plan(server_args, type(self).__name__)
-        if plan.harvest is not self.dspark_harvest:
-            raise GeometryError(
-                f"{type(self).__name__} serves the {self.dspark_harvest.name()} harvest but the plan of "
-                f"this launch serves {plan.harvest.name()} ({plan.resolution.source}); the factory and "
-                "the worker disagree. Pass sglang's resolved server args on unchanged.",
-                where=ENV_VAR,
-            )
-        running_as = str(read_arg(server_args, "speculative_algorithm") or "").upper()
-        if running_as in (DFLASH, DSPARK) and running_as != plan.builtin:
-            raise GeometryError(
-                f"{type(self).__name__}: sglang runs this server as {running_as} but the plan serves "
-                f"the draft {plan.cfg.path} as {plan.builtin} (the {plan.harvest.name()} harvest, "
-                f"{plan.resolution.source}); refusing rather than serving the wrong convention.",
-                where="speculative_algorithm",
-            )
         plan.check_served_draft(optional_arg(server_args, "speculative_draft_model_path"))
         group, tp_rank = _tp_cpu_group()
         check_rank_agreement(rank_agreement_values(plan), group)
@@ -217,7 +196,7 @@ class _HarvestWorkerMixin:
         self.dspark_telemetry.alarm.probe = self.dspark_probe  # the alarm and the summary state its verdict
         self.dspark_rounds = DeferredRounds(self.dspark_telemetry, self.dspark_probe)
         settings = plan.request.telemetry
-        self.dspark_work = plugin_work(settings, settings.summary_every or 100, dp_tag)
+        self.dspark_work = plugin_work(settings, settings.host_cost_every, dp_tag)
         logger.info(
             "DSPARK_HARVEST worker %s%s: harvest=%s (%s), block_size=%d, gamma=%d, verify_window=%d, "
             "harvested rows %s",
@@ -263,12 +242,6 @@ class _HarvestWorkerMixin:
             with self.dspark_work:
                 rounds.finish(rid)
 
-    def dspark_flush(self) -> None:
-        """Run the queued round steps now (a caller that reads the telemetry between rounds)."""
-        if self.dspark_rounds is not None:
-            with self.dspark_work:
-                self.dspark_rounds.run()
-
     def on_verify_complete_cpu(self, num_correct_drafts_per_req: list[int], batch_size: int = 0) -> None:
         """sglang's host-side per-round hook: the parent's work, then one telemetry record, queued
         (``DeferredRounds``; no sync).
@@ -298,48 +271,38 @@ class _HarvestWorkerMixin:
 class HarvestDFlashWorker(_HarvestWorkerMixin, DFlashWorkerV2):
     """The dflash arm: sglang's DFLASH worker unchanged (rows 1..b-1, b-1 drafts, verify window b)."""
 
-    dspark_harvest = DsparkHarvest.DFLASH
+    dspark_layout = MASK_FILL
 
     @_signature_of(DFlashWorkerV2.__init__)
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        with self._dflash_route(_server_args(self, args, kwargs)):
+        with draft_route(self._dspark_harvest_init(_server_args(self, args, kwargs)).route):
             super().__init__(*args, **kwargs)
-
-    def _dflash_route(self, server_args: Any) -> contextlib.AbstractContextManager[None]:
-        return dflash_draft_route(self._dspark_harvest_init(server_args).architectures)
 
 
 class HarvestDSparkWorker(_HarvestWorkerMixin, DSparkWorkerV2):
     """The dspark arm: sglang's DSPARK worker, anchor-first, gamma = b drafts, verify window b+1."""
 
-    dspark_harvest = DsparkHarvest.DSPARK
-    dspark_sample_from_anchor: ClassVar[bool] = True
+    dspark_layout = SHIFTED
 
     @_signature_of(DSparkWorkerV2.__init__)
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        with self._dspark_route(_server_args(self, args, kwargs)):
+        with draft_route(self._dspark_harvest_init(_server_args(self, args, kwargs)).route):
             super().__init__(*args, **kwargs)
-
-    def _dspark_route(self, server_args: Any) -> contextlib.AbstractContextManager[None]:
-        plan = self._dspark_harvest_init(server_args)
-        return dspark_draft_route(plan.architectures, route_of(plan, self.dspark_sample_from_anchor))
 
 
 class HarvestMaskFillDSparkWorker(HarvestDSparkWorker):
     """A mask-fill drafter with a DSpark architecture and a Markov head (``layout.MASK_FILL_DSPARK``):
-    sglang 0.5.23's DSPARK worker with ``sample_from_anchor`` false. The query is
+    sglang's DSPARK worker (0.5.19 on) with ``sample_from_anchor`` false. The query is
     ``[anchor, MASK x (b-1)]``, the anchor row's output is dropped, rows 1..b-1 are the b-1 drafts (the
     Markov chain starts at the anchor), verify window b: the dflash harvest, with the Markov head."""
 
-    dspark_harvest = DsparkHarvest.DFLASH
-    dspark_sample_from_anchor = False
+    dspark_layout = MASK_FILL_DSPARK
 
 
-_WORKERS: dict[tuple[DsparkHarvest, str], type] = {
-    (DsparkHarvest.DFLASH, MASK_FILL.builtin): HarvestDFlashWorker,
-    (DsparkHarvest.DSPARK, SHIFTED.builtin): HarvestDSparkWorker,
-    (DsparkHarvest.DFLASH, MASK_FILL_DSPARK.builtin): HarvestMaskFillDSparkWorker,
+WORKERS: dict[Layout, type] = {
+    cls.dspark_layout: cls for cls in (HarvestDFlashWorker, HarvestDSparkWorker, HarvestMaskFillDSparkWorker)
 }
+"""The worker of each plan layout: the one table the factory reads (``worker_class_for``)."""
 
 
 def parent_worker_of(cls: type) -> type:
@@ -347,15 +310,14 @@ def parent_worker_of(cls: type) -> type:
     return DSparkWorkerV2 if issubclass(cls, DSparkWorkerV2) else DFlashWorkerV2
 
 
-def worker_class_for(harvest: DsparkHarvest, builtin: str | None = None) -> type:
-    """The worker class sglang's scheduler instantiates for a resolved harvest, served as ``builtin``
-    (default: the harvest's own builtin; DSPARK for a mask-fill DSpark drafter, ``layout.layout_for``)."""
+def worker_class_for(layout: Layout) -> type:
+    """The worker class sglang's scheduler instantiates for a plan's ``layout``."""
     try:
-        return _WORKERS[harvest, builtin or harvest_layout(harvest).builtin]
+        return WORKERS[layout]
     except (KeyError, TypeError):
         raise GeometryError(
-            f"no DSPARK_HARVEST worker for harvest {harvest!r} served as {builtin!r}; expected one of "
-            + ", ".join(f"{h.name()} as {b}" for h, b in _WORKERS)
+            f"no DSPARK_HARVEST worker for the layout {layout!r}; expected one of "
+            + ", ".join(layout.describe() for layout in WORKERS)
             + ".",
             where="worker_class_for",
         ) from None
@@ -363,21 +325,12 @@ def worker_class_for(harvest: DsparkHarvest, builtin: str | None = None) -> type
 
 __all__ = [
     "WORKER_CONTRACT",
-    "DSPARK_ARM_ARCHITECTURES",
-    "DSPARK_ARCHITECTURES",
+    "WORKERS",
     "HarvestDFlashWorker",
     "HarvestDSparkWorker",
     "HarvestMaskFillDSparkWorker",
-    "HarvestDSparkDraftModel",
-    "PARSE_HOOK_TARGET",
-    "RESULT_HOOK_TARGET",
-    "register_hooks",
     "AttentionRanks",
     "attention_ranks",
-    "telemetry_placement",
-    "dflash_draft_route",
-    "dspark_draft_route",
-    "prepare_dspark_arm_config",
     "rank_agreement_values",
     "worker_class_for",
     "parent_worker_of",

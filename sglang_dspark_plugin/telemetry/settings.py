@@ -19,6 +19,8 @@ ACCEPT_LOGGER = "sglang_dspark_plugin.accept"
 DEFAULT_LOG_LEVEL: int = table.ACCEPT_LOG_LEVEL.default
 # Every 100 rounds: a few seconds of serving, about 2.5x sglang's own decode-log interval (40).
 DEFAULT_SUMMARY_EVERY: int = table.SUMMARY_EVERY.default
+HOST_COST_EVERY = 100
+"""Rounds between host-cost lines where the summary is off (``summary_every`` 0)."""
 # A matched drafter gives 2.5-4 (the lowest matched value measured: 2.41); a mismatched harvest gives
 # 1.0-1.5 (1.06, ~1.1, 1.38, 1.43, 1.53 measured). 1.6 sits above every collapse and well below health.
 DEFAULT_ALARM_THRESHOLD: float = table.ALARM_THRESHOLD.default
@@ -52,6 +54,11 @@ class TelemetrySettings:
     record_capacity: int = DEFAULT_RECORD_CAPACITY  # round records kept (a ring buffer)
     host_timing: bool = False  # time the plugin's own host work per round (``HostCost``)
     sync_debug: bool = False  # the plugin's per-round work under CUDA's sync debug mode "error"
+
+    @property
+    def host_cost_every(self) -> int:
+        """Rounds between host-cost lines (``host_timing``): the summary cadence, or 100 without one."""
+        return self.summary_every or HOST_COST_EVERY
 
     def __post_init__(self) -> None:
         threshold = self.alarm_threshold

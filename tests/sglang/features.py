@@ -29,7 +29,7 @@ the resolution-hook API exists (the plugin's contract then holds the 0.5.23 entr
 RESOLUTION_HOOKS = importlib.util.find_spec("sglang.srt.arg_groups.resolution_hooks") is not None
 """0.5.20: ``register_resolution_hook``; the plugin's rewrite sits on a pipeline step."""
 
-MASK_FILL_DSPARK = hasattr(dspark_config, "get_dspark_sample_from_anchor")
+HAS_MASK_FILL_DSPARK = hasattr(dspark_config, "get_dspark_sample_from_anchor")
 """0.5.19: DSPARK's mask-fill layout (``sample_from_anchor`` false)."""
 
 NESTED_DFLASH_CONFIG = "dflash_config" in inspect.getsource(dspark_config)

@@ -248,22 +248,6 @@ def test_a_platform_worker_sglang_chose_is_kept(plugin_log) -> None:
     )
 
 
-def test_the_worker_refuses_a_builtin_that_contradicts_the_plan(monkeypatch) -> None:
-    """A dflash plan served while sglang runs DSPARK (a rebuilt record, say) never serves."""
-    from sglang_dspark_plugin.sglang_plugin import workers
-
-    monkeypatch.setattr(workers, "_tp_cpu_group", lambda: (None, 0))
-    args = SimpleNamespace(
-        speculative_algorithm="DSPARK", enable_metrics=False, **{PLAN_ATTR: _plan("DFLASH")}
-    )
-    worker = HarvestDFlashWorker.__new__(HarvestDFlashWorker)
-    with pytest.raises(GeometryError, match="runs this server as DSPARK"):
-        worker._dspark_harvest_init(args)
-    no_plan = SimpleNamespace(speculative_algorithm="DFLASH", enable_metrics=False)
-    with pytest.raises(ServeRefusal, match="no serving plan"):
-        worker._dspark_harvest_init(no_plan)
-
-
 def test_where_the_early_rewrite_cannot_fire_the_registered_algorithm_refuses(monkeypatch) -> None:
     """One route: no second serving mechanism; the refusal says how to launch."""
     monkeypatch.setattr(builtin, "wants_plugin", lambda server_args: False)  # the rewrite stays inert

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from bundled_checkpoints import subfolder_target
-from features import MASK_FILL_DSPARK, SUBFOLDER_DRAFT
+from features import HAS_MASK_FILL_DSPARK, SUBFOLDER_DRAFT
 
 from sglang_dspark_plugin.embedded import EMBEDDED
 
@@ -41,8 +41,8 @@ def test_gpu_validate_passes_a_correct_cpu_deployment_and_fails_a_broken_one(tmp
     from served import free_port
 
     gv = _load_script()
-    drafter = "drafter-dspark-maskfill" if MASK_FILL_DSPARK else "drafter-dspark-markov"
-    census_arm = "dflash" if MASK_FILL_DSPARK else "dspark"
+    drafter = "drafter-dspark-maskfill" if HAS_MASK_FILL_DSPARK else "drafter-dspark-markov"
+    census_arm = "dflash" if HAS_MASK_FILL_DSPARK else "dspark"
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in EMBEDDED.prompts), encoding="utf-8")
     argv = [
@@ -60,7 +60,7 @@ def test_gpu_validate_passes_a_correct_cpu_deployment_and_fails_a_broken_one(tmp
     assert f"{census_arm}: batched tokens equal the builtin's" in names
     builtin = next(r for r in runs if r.name == f"builtin-{census_arm}")
     assert builtin.spec_args[:2] == ["--speculative-algorithm", "DSPARK"]
-    if MASK_FILL_DSPARK:  # the builtin with the gamma flag the plan declares (b-1 drafts)
+    if HAS_MASK_FILL_DSPARK:  # the builtin with the gamma flag the plan declares (b-1 drafts)
         assert "--speculative-dspark-block-size" in builtin.spec_args
         assert "plugin-dspark: alarm raised" in names and "plugin-auto: probe says matched" in names
     else:  # the forced mask-fill arm of a DSpark drafter: refused by the plan and by the server
@@ -121,7 +121,7 @@ def test_gpu_validate_serves_a_bundled_draft_as_the_builtin_finds_it(tmp_path: P
     )
     assert checks["dspark: verify rounds per request equal the builtin's"]
     assert checks["plugin-auto: probe says matched"]
-    if MASK_FILL_DSPARK:  # the forced mask-fill arm served (DSPARK, sample_from_anchor false): caught
+    if HAS_MASK_FILL_DSPARK:  # the forced mask-fill arm served (DSPARK, sample_from_anchor false): caught
         assert (
             checks["plugin-dflash: alarm raised"]
             and checks["plugin-dflash: probe names MEMRA_DSPARK_HARVEST=dspark"]

@@ -27,7 +27,6 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from sglang.srt.speculative.spec_registry import CustomSpecAlgo
 
 import sglang_dspark_plugin.sglang_plugin
-from sglang_dspark_plugin.harvest import DsparkHarvest
 from sglang_dspark_plugin.serving import ServeRefusal
 from sglang_dspark_plugin.sglang_plugin import contract, hooks, is_registered, register, resolution, workers
 from sglang_dspark_plugin.sglang_plugin.spec_algo import DsparkHarvestSpecAlgo
@@ -206,7 +205,7 @@ def test_the_builtins_factory_returns_the_arm_worker(
     cls = SpeculativeAlgorithm.from_string(served_as).create_worker(server_args)
     arm = env or FIXTURES[name].expect
     assert served_as == ("DFLASH" if arm == "dflash" else "DSPARK")
-    assert cls is workers.worker_class_for(DsparkHarvest.from_name(arm))
+    assert cls is (workers.HarvestDFlashWorker if arm == "dflash" else workers.HarvestDSparkWorker)
     assert issubclass(cls, DFlashWorkerV2 if arm == "dflash" else DSparkWorkerV2)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from checkpoints import FIXTURES, Fixture, write_checkpoint
 from conftest import PluginLog
-from features import MASK_FILL_DSPARK
+from features import HAS_MASK_FILL_DSPARK
 from sglang.srt.layers import dp_attention
 from sglang.srt.runtime_context import get_parallel
 from test_server_args import resolve
@@ -26,7 +26,10 @@ from transformers import PretrainedConfig
 
 from sglang_dspark_plugin.errors import InvalidCheckpointError, MissingBlockSizeError
 from sglang_dspark_plugin.serving import make_plan
+from sglang_dspark_plugin.serving.placement import telemetry_placement
+from sglang_dspark_plugin.serving.route import ServedHead
 from sglang_dspark_plugin.sglang_plugin import register, resolution, workers
+from sglang_dspark_plugin.sglang_plugin.draft_model import prepare_dspark_arm_config
 
 SPECFORGE = FIXTURES["specforge_dspark"]
 PLAIN = FIXTURES["dspark_markov_rank0"]
@@ -69,20 +72,18 @@ def test_a_markov_head_only_the_tensors_declare_is_served_at_its_rank(
     served = resolution.plan_of(record)
     assert served.cfg.markov_rank is None  # config.json says nothing
     assert served.resolution.harvest.name() == "dspark" and view.speculative_num_draft_tokens == 8
-    assert served.served_markov_head == (rank, head_type)
+    assert served.route.head == ServedHead(rank, head_type)
     assert served.cfg.markov_head.declared_by == "tensors"
     # What the draft model's config becomes inside the route: the real head, not the zero one.
     config = PretrainedConfig(**fx.config)
-    zero_head = workers.prepare_dspark_arm_config(
-        config, markov_rank=rank, mask_token_id=255, markov_head_type=head_type
-    )
+    zero_head = prepare_dspark_arm_config(config, served.route)
     assert zero_head is False
     assert (config.markov_rank, config.markov_head_type) == (rank, head_type)
 
     # Mask-fill (forced dflash): DFLASH would drop the head. From 0.5.19 DSPARK serves it with
     # sample_from_anchor=false (b-1 drafts, window b); before, no such layout: refused at argument time.
     monkeypatch.setenv("MEMRA_DSPARK_HARVEST", "dflash")
-    if not MASK_FILL_DSPARK:
+    if not HAS_MASK_FILL_DSPARK:
         with pytest.raises(ValueError, match=f"rank-{rank} Markov head") as info:
             resolve(target_dir, draft)
         assert info.value.kind == "unsupported" and "0.5.19" in info.value.message
@@ -92,7 +93,7 @@ def test_a_markov_head_only_the_tensors_declare_is_served_at_its_rank(
     assert view.speculative_dspark_block_size == 6  # DSPARK's gamma: the b-1 rows trained
     plan = resolution.plan_of(record)
     assert plan.layout.sample_from_anchor is False
-    assert plan.served_markov_head == (rank, head_type)  # what the parse hook reports to sglang
+    assert plan.route.head == ServedHead(rank, head_type)  # what the parse hook reports to sglang
 
 
 def test_a_markov_head_of_no_known_type_is_refused_at_argument_time(target_dir: Path, tmp_path: Path) -> None:
@@ -202,7 +203,7 @@ def test_every_attention_dp_group_keeps_one_telemetry_tagged_with_its_dp_rank(
         ):
             ranks = workers.attention_ranks(tp_rank)
         assert (ranks.attn_tp_rank, ranks.attn_dp_rank, ranks.attn_dp_size) == (a_tp, a_dp, a_dp_size)
-        watches, tag = workers.telemetry_placement(ranks)
+        watches, tag = telemetry_placement(ranks)
         if watches:
             watchers[tp_rank] = tag
     # One telemetry per DP group, on its first TP rank; tagged only where there are several groups.
@@ -227,8 +228,8 @@ def _args(draft: Path, target: Path, **flags: object) -> object:
 
 def test_the_worker_keeps_the_telemetry_on_its_dp_groups_first_rank(target_dir: Path, tmp_path: Path) -> None:
     # No published topology (a CPU test): the TP rank alone decides, as before data-parallel attention.
-    assert workers.telemetry_placement(workers.attention_ranks(0)) == (True, None)
-    assert workers.telemetry_placement(workers.attention_ranks(3)) == (False, None)
+    assert telemetry_placement(workers.attention_ranks(0)) == (True, None)
+    assert telemetry_placement(workers.attention_ranks(3)) == (False, None)
     served = _plan(_args(write_checkpoint(tmp_path, PLAIN), target_dir))
     worker = object.__new__(workers.HarvestDSparkWorker)
     topology = dict(tp_size=4, attn_tp_size=2, attn_dp_size=2, attn_cp_size=1, attn_cp_rank=0)

@@ -25,7 +25,7 @@ from checkpoints import (
     Fixture,
     write_checkpoint,
 )  # tests/ is on sys.path (tests/sglang/conftest.py)
-from features import MASK_FILL_DSPARK, NESTED_DFLASH_CONFIG, POST_LOAD_WEIGHTS, RESOLVE_ONCE
+from features import HAS_MASK_FILL_DSPARK, NESTED_DFLASH_CONFIG, POST_LOAD_WEIGHTS, RESOLVE_ONCE
 from sglang.srt.models.dspark import DSparkDraftModel, VanillaMarkov, build_markov_head
 from sglang.srt.speculative.base_spec_worker import BaseSpecWorker
 from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2, _DflashDraftSampler
@@ -40,20 +40,31 @@ from transformers import PretrainedConfig
 from sglang_dspark_plugin.architectures import SGLANG_BUILDS
 from sglang_dspark_plugin.census import census
 from sglang_dspark_plugin.draft_config import MarkovHead
-from sglang_dspark_plugin.errors import GeometryError, InvalidCheckpointError, UnsupportedCheckpointError
+from sglang_dspark_plugin.errors import (
+    DsparkHarvestError,
+    GeometryError,
+    InvalidCheckpointError,
+    UnsupportedCheckpointError,
+)
 from sglang_dspark_plugin.geometry import RoundGeometry
 from sglang_dspark_plugin.harvest import ENV_VAR, DsparkHarvest
-from sglang_dspark_plugin.serving import MASK_FILL, SHIFTED, LaunchRequest, ServePlan, make_plan
+from sglang_dspark_plugin.serving import (
+    MASK_FILL,
+    MASK_FILL_DSPARK,
+    SHIFTED,
+    LaunchRequest,
+    ServePlan,
+    make_plan,
+)
 from sglang_dspark_plugin.serving.refusals import check_servable
+from sglang_dspark_plugin.serving.route import DFLASH_MODEL, DSPARK_MODEL, ZERO_HEAD, DraftRoute, ServedHead
 from sglang_dspark_plugin.sglang_plugin import resolution, workers
-from sglang_dspark_plugin.sglang_plugin.draft_model import DraftRoute
+from sglang_dspark_plugin.sglang_plugin.draft_model import HarvestDSparkDraftModel, prepare_dspark_arm_config
+from sglang_dspark_plugin.sglang_plugin.draft_routes import draft_route
 from sglang_dspark_plugin.sglang_plugin.workers import (
     NO_WORK,
     HarvestDFlashWorker,
-    HarvestDSparkDraftModel,
     HarvestDSparkWorker,
-    dspark_draft_route,
-    prepare_dspark_arm_config,
     rank_agreement_values,
     worker_class_for,
 )
@@ -78,6 +89,20 @@ def _served(tmp_path: Path, fixture: str, env: str | None = None) -> ServePlan:
     return make_plan(request, resolution.sglang_support())
 
 
+def _route(
+    rank: int, mask: int | None = None, head_type: str = "vanilla", sample_from_anchor: bool = True, names=()
+) -> DraftRoute:
+    """A dspark-arm route with a rank-``rank`` head (0: the zero head), as the plan hands it."""
+    head = ZERO_HEAD if rank == 0 else ServedHead(rank, head_type)
+    return DraftRoute(DSPARK_MODEL, tuple(names), head, mask, sample_from_anchor)
+
+
+def _flush(worker) -> None:
+    """Run the worker's queued round steps now (under its plugin work, as a request's end does)."""
+    with worker.dspark_work:
+        worker.dspark_rounds.run()
+
+
 def _hf_config(fixture: str) -> PretrainedConfig:
     """The draft ``hf_config`` sglang would hold for a fixture (every config.json key as an attribute)."""
     return PretrainedConfig(**FIXTURES[fixture].config)
@@ -86,36 +111,30 @@ def _hf_config(fixture: str) -> PretrainedConfig:
 # ------------------------------------------------------------------ class choice and signatures
 
 
-def test_worker_class_for_each_harvest_is_a_subclass_of_sglangs_worker_for_that_arm():
-    dflash = worker_class_for(DsparkHarvest.DFLASH)
-    dspark = worker_class_for(DsparkHarvest.DSPARK)
+def test_worker_class_for_each_layout_is_a_subclass_of_sglangs_worker_for_that_builtin():
+    dflash, dspark = worker_class_for(MASK_FILL), worker_class_for(SHIFTED)
     assert dflash is HarvestDFlashWorker and dspark is HarvestDSparkWorker
     assert issubclass(dflash, DFlashWorkerV2) and not issubclass(dflash, DSparkWorkerV2)
     assert issubclass(dspark, DSparkWorkerV2) and not issubclass(dspark, DFlashWorkerV2)
-    assert dflash.dspark_harvest is DsparkHarvest.DFLASH
-    assert dspark.dspark_harvest is DsparkHarvest.DSPARK
+    # a mask-fill drafter with a DSpark name and a Markov head: DSPARK's worker, sample_from_anchor=false
+    maskfill = worker_class_for(MASK_FILL_DSPARK)
+    assert maskfill is workers.HarvestMaskFillDSparkWorker and issubclass(maskfill, DSparkWorkerV2)
+    assert {cls.dspark_layout for cls in workers.WORKERS.values()} == {MASK_FILL, SHIFTED, MASK_FILL_DSPARK}
     with pytest.raises(GeometryError, match="no DSPARK_HARVEST worker"):
         worker_class_for("dspark")  # type: ignore[arg-type]
-    # a mask-fill drafter with a DSpark name and a Markov head: DSPARK's worker, the dflash harvest
-    maskfill = worker_class_for(DsparkHarvest.DFLASH, "DSPARK")
-    assert maskfill is workers.HarvestMaskFillDSparkWorker and issubclass(maskfill, DSparkWorkerV2)
-    assert maskfill.dspark_harvest is DsparkHarvest.DFLASH and maskfill.dspark_sample_from_anchor is False
-    assert worker_class_for(DsparkHarvest.DSPARK, "DSPARK") is dspark
-    with pytest.raises(GeometryError, match="no DSPARK_HARVEST worker"):
-        worker_class_for(DsparkHarvest.DSPARK, "DFLASH")  # a shifted drafter is never DFLASH's
 
 
 def test_the_mask_fill_layout_is_set_at_the_top_level_where_sglang_reads_it(tmp_path):
     # whatever spelling declared it (here dspark_bonus_anchor), the DSpark model reads the top level only
     config = _hf_config("dspark_bonus_anchor")
     config.markov_head_type = "vanilla"
-    assert prepare_dspark_arm_config(config, markov_rank=4, sample_from_anchor=False) is False
+    assert prepare_dspark_arm_config(config, _route(4, sample_from_anchor=False)) is False
     assert config.sample_from_anchor is False
-    if MASK_FILL_DSPARK:
+    if HAS_MASK_FILL_DSPARK:
         from sglang.srt.speculative.dspark_components.dspark_config import get_dspark_sample_from_anchor
 
         assert get_dspark_sample_from_anchor(config) is False
-    assert prepare_dspark_arm_config(config, markov_rank=4) is False  # the shifted arm: anchor-first
+    assert prepare_dspark_arm_config(config, _route(4)) is False  # the shifted arm: anchor-first
     assert config.sample_from_anchor is True
 
 
@@ -152,11 +171,11 @@ def test_the_workers_override_nothing_on_the_round_path():
     def own(cls: type) -> set[str]:
         return {n for n in vars(cls) if not n.startswith("__") and n != "_abc_impl"}
 
-    assert own(HarvestDFlashWorker) == {"dspark_harvest", "_dflash_route"}
+    assert own(HarvestDFlashWorker) == {"dspark_layout"}
     assert "__init__" in vars(HarvestDFlashWorker) and "__init__" in vars(HarvestDSparkWorker)
-    assert own(HarvestDSparkWorker) == {"dspark_harvest", "dspark_sample_from_anchor", "_dspark_route"}
-    # the mask-fill DSpark worker: the dflash harvest and sglang's sample_from_anchor=false, nothing else
-    assert own(workers.HarvestMaskFillDSparkWorker) == {"dspark_harvest", "dspark_sample_from_anchor"}
+    assert own(HarvestDSparkWorker) == {"dspark_layout"}
+    # the mask-fill DSpark worker: its layout (sample_from_anchor=false, from the plan's route), nothing else
+    assert own(workers.HarvestMaskFillDSparkWorker) == {"dspark_layout"}
     mixin = set(vars(workers._HarvestWorkerMixin))
     for name in (
         "forward_batch_generation",
@@ -210,7 +229,7 @@ def test_dflash_arm_drafts_are_rows_1_to_b_minus_1_through_sglangs_draft_sampler
 
 def _zero_markov_head(fixture: str) -> tuple[PretrainedConfig, torch.nn.Module]:
     config = _hf_config(fixture)
-    assert prepare_dspark_arm_config(config, markov_rank=0, mask_token_id=255) is True
+    assert prepare_dspark_arm_config(config, _route(0, 255)) is True
     head = build_markov_head(config)
     with torch.no_grad():
         for p in head.parameters():
@@ -282,7 +301,7 @@ def test_no_markov_checkpoint_passes_sglangs_dspark_checks_with_the_resolved_geo
     with pytest.raises(ValueError, match="markov_rank > 0"):
         # What sglang does with this checkpoint unaided.
         resolve_runtime_config(draft_hf_config=config, speculative_num_draft_tokens=6, target_vocab_size=256)
-    assert prepare_dspark_arm_config(config, markov_rank=served.cfg.markov_rank, mask_token_id=255)
+    assert prepare_dspark_arm_config(config, served.route)
     runtime = resolve_runtime_config(
         draft_hf_config=config,
         speculative_num_draft_tokens=served.geometry.verify_window,
@@ -303,7 +322,7 @@ def test_a_real_markov_head_is_kept_even_where_sglang_does_not_read_its_spelling
     served = _served(tmp_path, "specforge_dspark")
     config = _hf_config("specforge_dspark")
     assert parse_dspark_draft_config(draft_hf_config=config).markov_rank == (8 if NESTED_DFLASH_CONFIG else 0)
-    assert prepare_dspark_arm_config(config, markov_rank=served.cfg.markov_rank) is False
+    assert prepare_dspark_arm_config(config, served.route) is False
     parsed = parse_dspark_draft_config(draft_hf_config=config)
     assert (parsed.markov_rank, parsed.markov_head_type) == (8, "gated")
     assert build_markov_head(config).markov_rank == 8
@@ -311,29 +330,28 @@ def test_a_real_markov_head_is_kept_even_where_sglang_does_not_read_its_spelling
 
 def test_the_served_markov_head_is_the_census_reading(tmp_path):
     plan = _served(tmp_path, "specforge_dspark")  # dflash_config spelling, gated tensors
-    assert plan.cfg.markov_head.rank == 8 and plan.served_markov_head == (8, "gated")
-    assert _served(tmp_path, "dspark_markov_rank0").served_markov_head == (1, "vanilla")  # the zero head
+    assert plan.cfg.markov_head.rank == 8 and plan.route.head == ServedHead(8, "gated")
+    assert _served(tmp_path, "dspark_markov_rank0").route.head is ZERO_HEAD  # rank 1, zeroed
     null_rank = census(str(write_checkpoint(tmp_path, "gemma4_dspark_null_rank")))  # null, no weights
     assert null_rank.markov_rank is None and null_rank.markov_head is None
-    assert _served(tmp_path, "specforge_dflash").served_markov_head is None  # DFLASH: no head served
+    assert _served(tmp_path, "specforge_dflash").route.head is None  # DFLASH: no head served
 
 
 def test_markov_keys_in_dspark_config_are_rewritten_too():
     config = PretrainedConfig(
         **{**FIXTURES["qwen3_dspark_model"].config, "markov_rank": 0, "dspark_config": {"markov_rank": 0}}
     )
-    assert prepare_dspark_arm_config(config, markov_rank=0, mask_token_id=255)
+    assert prepare_dspark_arm_config(config, _route(0, 255))
     assert config.dspark_config["markov_rank"] == 1
     assert parse_dspark_draft_config(draft_hf_config=config).markov_rank == 1
 
 
-def test_a_markov_head_without_a_head_type_is_refused_with_the_fix():
-    config = PretrainedConfig(**FIXTURES["dspark_markov_rank0"].config)
+def test_a_markov_head_without_a_head_type_is_refused_by_the_plan_with_the_fix(tmp_path):
+    # config.json declares markov_rank 4 and no markov_head_type: the plan refuses before any load
     with pytest.raises(InvalidCheckpointError, match="markov_head_type"):
-        prepare_dspark_arm_config(config, markov_rank=16)
-    # The same refusal when sglang itself finds a rank without a type (here: top-level markov_rank=4).
-    with pytest.raises(InvalidCheckpointError, match="markov_head_type"):
-        prepare_dspark_arm_config(_hf_config("dspark_sample_from_anchor_false"), markov_rank=4)
+        _served(tmp_path, "dspark_sample_from_anchor_false", env="dspark")
+    with pytest.raises(InvalidCheckpointError, match="draft route names no Markov head"):
+        prepare_dspark_arm_config(_hf_config("dspark_markov_rank0"), DraftRoute(DSPARK_MODEL))
 
 
 def test_the_dspark_arm_is_anchor_first_whatever_the_checkpoint_flag_says():
@@ -341,9 +359,9 @@ def test_the_dspark_arm_is_anchor_first_whatever_the_checkpoint_flag_says():
         **{**FIXTURES["dspark_sample_from_anchor_false"].config, "markov_head_type": "vanilla"}
     )
     assert config.sample_from_anchor is False
-    prepare_dspark_arm_config(config, markov_rank=4)
+    prepare_dspark_arm_config(config, _route(4))
     assert config.sample_from_anchor is True
-    if MASK_FILL_DSPARK:
+    if HAS_MASK_FILL_DSPARK:
         # 0.5.19 on reads the flag (dspark_config.get_dspark_sample_from_anchor) and would otherwise
         # prepend a query row and drop the anchor row's output.
         from sglang.srt.speculative.dspark_components.dspark_config import get_dspark_sample_from_anchor
@@ -360,7 +378,7 @@ def test_the_census_mask_token_fills_a_missing_dspark_mask_id():
     raw.pop("mask_token_id", None)
     config = PretrainedConfig(**raw)
     assert parse_dspark_draft_config(draft_hf_config=config).mask_token_id is None
-    prepare_dspark_arm_config(config, markov_rank=0, mask_token_id=200)
+    prepare_dspark_arm_config(config, _route(0, 200))
     assert parse_dspark_draft_config(draft_hf_config=config).mask_token_id == 200
 
 
@@ -372,7 +390,7 @@ def test_the_draft_route_swaps_the_checkpoints_architecture_only_while_building(
 
     before = ModelRegistry.resolve_model_cls(["DFlashDraftModel"])[0]
     assert before is not HarvestDSparkDraftModel
-    with dspark_draft_route(("DFlashDraftModel",), DraftRoute(0, 255)):
+    with draft_route(_route(0, 255, names=("DFlashDraftModel",))):
         assert ModelRegistry.resolve_model_cls(["DFlashDraftModel"])[0] is HarvestDSparkDraftModel
         assert HarvestDSparkDraftModel._route.mask_token_id == 255
         # Other architectures are untouched.
@@ -381,7 +399,7 @@ def test_the_draft_route_swaps_the_checkpoints_architecture_only_while_building(
     assert HarvestDSparkDraftModel._route is None
 
     with pytest.raises(RuntimeError, match="boom"):
-        with dspark_draft_route(("DSparkDraftModel",), DraftRoute(8, None)):
+        with draft_route(_route(8, names=("DSparkDraftModel",))):
             raise RuntimeError("boom")
     assert ModelRegistry.resolve_model_cls(["DSparkDraftModel"])[0] is DSparkDraftModel
 
@@ -390,11 +408,11 @@ def test_the_dflash_route_loads_dflash_for_a_dspark_named_drafter_without_markov
     from sglang.srt.models.dflash import DFlashDraftModel
     from sglang.srt.models.registry import ModelRegistry
 
-    with workers.dflash_draft_route(("Qwen3DSparkModel",)):
+    with draft_route(DraftRoute(DFLASH_MODEL, ("Qwen3DSparkModel",))):
         assert ModelRegistry.resolve_model_cls(["Qwen3DSparkModel"])[0] is DFlashDraftModel
     assert ModelRegistry.resolve_model_cls(["Qwen3DSparkModel"])[0].__name__ == "Qwen3DSparkModel"
-    with workers.dflash_draft_route(("DFlashDraftModel",)):
-        assert ModelRegistry.resolve_model_cls(["DFlashDraftModel"])[0] is DFlashDraftModel  # untouched
+    with draft_route(DraftRoute(None)):  # sglang's own class: nothing swapped
+        assert ModelRegistry.resolve_model_cls(["DFlashDraftModel"])[0] is DFlashDraftModel
 
 
 def test_the_plan_refuses_what_the_routes_cannot_build(tmp_path):
@@ -409,10 +427,10 @@ def test_the_plan_refuses_what_the_routes_cannot_build(tmp_path):
         check_servable(no_mask, SHIFTED, plan.resolution, None, plan.support)
 
 
-def test_the_draft_route_refuses_a_non_dense_drafter():
-    with pytest.raises(UnsupportedCheckpointError, match="architectures"):
-        with dspark_draft_route(("Gemma4DSparkModel",), DraftRoute(None, None)):
-            pass
+def test_the_plan_refuses_a_non_dense_drafter_before_any_route(tmp_path):
+    with pytest.raises(DsparkHarvestError, match="Gemma4DSparkModel") as info:
+        _served(tmp_path, "gemma4_dspark_null_rank")
+    assert info.value.kind == "unsupported" and "architectures" in info.value.where
 
 
 # ------------------------------------------------------------------ per-round telemetry hook
@@ -431,7 +449,7 @@ def test_on_verify_complete_cpu_feeds_one_telemetry_record_per_round(tmp_path, c
         assert worker.on_verify_complete_cpu([0, gamma, 1], batch_size=3) is None
         worker.on_verify_complete_cpu([2], batch_size=1)
         assert telemetry.counts.rounds == 0 and worker.dspark_rounds.queued == 2  # queued (DeferredRounds)
-        worker.dspark_flush()
+        _flush(worker)
     records = telemetry.counts.records
     assert [r.accept_lengths for r in records] == [[1, gamma + 1, 2], [3]]
     assert [r.batch_size for r in records] == [3, 1]
@@ -452,7 +470,7 @@ def test_enable_metrics_attaches_prometheus_counters(tmp_path):
     worker._dspark_attach(_served(tmp_path, "dspark_markov_rank0"), tp_rank=0, enable_metrics=True)
     assert worker.dspark_telemetry.metrics is not None
     worker.on_verify_complete_cpu([4, 0], batch_size=2)
-    worker.dspark_flush()
+    _flush(worker)
     assert worker.dspark_telemetry.counts.accepted_drafts == 4
 
 
@@ -501,7 +519,7 @@ def test_sync_debug_wraps_the_plugin_work_in_the_error_mode(tmp_path, monkeypatc
     )
     worker.on_verify_complete_cpu([1], batch_size=1)  # queued under the mode, restored after
     assert seen == [] and modes == ["default", "error", "default"]
-    worker.dspark_flush()  # the queue runs under it too
+    _flush(worker)  # the queue runs under it too
     assert seen == ["error"] and modes == ["default", "error", "default", "error", "default"]
 
 
@@ -535,19 +553,17 @@ def test_rank_agreement_values_name_the_harvest_geometry_and_draft(tmp_path):
     assert values["draft_content"].startswith("sha256:")
 
 
-def test_worker_init_refuses_a_harvest_the_factory_did_not_choose(tmp_path, monkeypatch):
+def test_worker_init_takes_the_plan_the_factory_chose_it_for(tmp_path, monkeypatch):
+    """The factory compares the plan's builtin with sglang's worker (``builtin.worker_after_create``);
+    the worker re-checks nothing: it takes the plan, agrees ranks and attaches its telemetry."""
     served = _served(tmp_path, "specforge_dflash")
     monkeypatch.setattr(workers, "_tp_cpu_group", lambda: (None, 0))
-    carried = {resolution.PLAN_ATTR: served}
-    worker = object.__new__(HarvestDSparkWorker)
-    with pytest.raises(GeometryError, match="factory and the worker"):
-        worker._dspark_harvest_init(
-            SimpleNamespace(enable_metrics=False, speculative_algorithm="DSPARK", **carried)
-        )
-    ok = object.__new__(HarvestDFlashWorker)
-    args = SimpleNamespace(enable_metrics=False, speculative_algorithm="DFLASH", **carried)
+    ok = object.__new__(worker_class_for(served.layout))
+    args = SimpleNamespace(enable_metrics=False, **{resolution.PLAN_ATTR: served})
     assert ok._dspark_harvest_init(args) is served
     assert ok.dspark_telemetry is not None
+    with pytest.raises(DsparkHarvestError, match="no serving plan"):
+        object.__new__(HarvestDFlashWorker)._dspark_harvest_init(SimpleNamespace(enable_metrics=False))
 
 
 # ------------------------------------------------------------------ the real draft model, built on CPU
@@ -631,7 +647,7 @@ def _build_real_draft_model() -> dict:
     model_config = SimpleNamespace(hf_config=config, quantization=None, model_impl=ModelImpl.AUTO)
     out: dict = {"outside": get_model_architecture(model_config)[0].__name__}
     with get_context().override_server_args(device="cpu"):
-        with dspark_draft_route(("DFlashDraftModel",), DraftRoute(0, 255)):
+        with draft_route(_route(0, 255, names=("DFlashDraftModel",))):
             model_cls = get_model_architecture(model_config)[0]
             model = model_cls(config=config, quant_config=None)  # as loader._initialize_model does
         out["after"] = get_model_architecture(model_config)[0].__name__
@@ -680,7 +696,7 @@ def _build_real_draft_model() -> dict:
         # A real rank-8 gated head whose keys sit in dflash_config (SpecForge): built and loaded as one.
         gated_config = PretrainedConfig(**FIXTURES["specforge_dspark"].config)
         gated_mc = SimpleNamespace(hf_config=gated_config, quantization=None, model_impl=ModelImpl.AUTO)
-        with dspark_draft_route(("DSparkDraftModel",), DraftRoute(8, 255)):
+        with draft_route(_route(8, 255, head_type="gated", names=("DSparkDraftModel",))):
             gated = get_model_architecture(gated_mc)[0](config=gated_config, quant_config=None)
         with torch.no_grad():
             gated.markov_head.markov_w1.weight.fill_(3.0)
@@ -698,7 +714,7 @@ def _build_real_draft_model() -> dict:
         # The dflash arm: a DSpark-named drafter without a Markov head loads sglang's DFlashDraftModel.
         plain_config = PretrainedConfig(**FIXTURES["dspark_markov_rank0"].config)
         plain_mc = SimpleNamespace(hf_config=plain_config, quantization=None, model_impl=ModelImpl.AUTO)
-        with workers.dflash_draft_route(("DSparkDraftModel",)):
+        with draft_route(DraftRoute(DFLASH_MODEL, ("DSparkDraftModel",))):
             plain = get_model_architecture(plain_mc)[0](config=plain_config, quant_config=None)
         out["dflash_arm_class"] = type(plain).__name__
     return out
@@ -772,7 +788,7 @@ def test_registered_factory_and_worker_init_agree_on_real_server_args(
     )
     served_as = resolution.read_arg(server_args, "speculative_algorithm")  # the builtin the plan names
     cls = SpeculativeAlgorithm.from_string(served_as).create_worker(server_args)
-    assert cls is worker_class_for(arm)
+    assert cls is (HarvestDFlashWorker if arm is DsparkHarvest.DFLASH else HarvestDSparkWorker)
     # The worker's own start-up steps on the same (real) server args, up to the model load.
     monkeypatch.setattr(workers, "_tp_cpu_group", lambda: (None, 0))
     worker = object.__new__(cls)
@@ -780,12 +796,7 @@ def test_registered_factory_and_worker_init_agree_on_real_server_args(
     assert served.resolution.harvest is arm
     assert rank_agreement_values(served)["gamma"] == worker.dspark_telemetry.gamma == served.geometry.gamma
     assert worker.dspark_telemetry.metrics is not None  # --enable-metrics reached the worker
-    route = (
-        worker._dflash_route(server_args)
-        if arm is DsparkHarvest.DFLASH
-        else worker._dspark_route(server_args)
-    )
-    with route:
+    with draft_route(served.route):
         from sglang.srt.models.registry import ModelRegistry
 
         loaded = ModelRegistry.resolve_model_cls(list(served.cfg.raw["architectures"]))[0]
@@ -865,7 +876,7 @@ def test_the_target_runners_markov_check_passes_for_a_mask_fill_head_only_the_te
     monkeypatch.setenv(ENV_VAR, "dflash")  # the mask-fill route: DSPARK with sample_from_anchor=false
     draft = _tensors_only_head(tmp_path)
     # no mask-fill DSPARK layout: refused at argument resolution, never in a scheduler
-    if not MASK_FILL_DSPARK:
+    if not HAS_MASK_FILL_DSPARK:
         with pytest.raises(ValueError, match="0.5.19"):
             _prepared_server_args(target_dir, draft)
         return
@@ -969,4 +980,4 @@ def test_worker_init_checks_ranks_then_builds_its_parent_inside_the_route(
     assert calls == ["rank agreement", ("parent", sorted(parent_signature.parameters), True, loaded)]
     assert ModelRegistry.resolve_model_cls([arch])[0].__name__ == arch  # restored after the build
     assert worker.dspark_telemetry is not None
-    assert worker.dspark_plan.resolution.harvest is cls.dspark_harvest
+    assert worker.dspark_plan.layout == cls.dspark_layout

@@ -1,0 +1,87 @@
+"""The draft route: what the worker builds its draft as, decided by the plan (sglang-free).
+
+The worker builds its sglang parent inside the route the plan hands it (``ServePlan.route``); the glue
+(``sglang_plugin.draft_routes``) only translates it into a ``ModelRegistry`` swap:
+
+* DFLASH: a dense DSpark-named drafter without a Markov head loads as sglang's ``DFlashDraftModel``
+  (one backbone, the same weights); any other draft is sglang's own class.
+* DSPARK: the dense DFlash-family names load as the plugin's DSpark draft model, built with the plan's
+  Markov head (``ServedHead``, one form: a checkpoint without a head gets the zero head), mask token and
+  query layout; a head bundled by the target's ``dspark_*`` keys is sglang's own class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..architectures import SGLANG_BUNDLED_DSPARK, SGLANG_DENSE_DSPARK, SGLANG_DSPARK_ARM
+from ..draft_config import DflashCfg
+from .layout import DSPARK, Layout
+
+DFLASH_MODEL = "DFlashDraftModel"
+"""sglang's DFlash draft class, which a DSpark-named mask-fill drafter without a head loads as."""
+DSPARK_MODEL = "HarvestDSparkDraftModel"
+"""The plugin's DSpark draft model (``sglang_plugin.draft_model``): sglang's dense DSpark, routed."""
+
+
+@dataclass(frozen=True)
+class ServedHead:
+    """The Markov head DSPARK builds for the draft: its rank and type, and whether it is the zero head
+    (the checkpoint has none: DSPARK needs one, so a rank-1 vanilla head is built and zeroed)."""
+
+    rank: int
+    head_type: str
+    zero: bool = False
+
+    @property
+    def parsed(self) -> tuple[int, str]:
+        """``(rank, head type)`` as sglang's draft-config parse reports it."""
+        return self.rank, self.head_type
+
+
+ZERO_HEAD = ServedHead(1, "vanilla", zero=True)
+"""The head DSPARK serves for a shifted drafter without one: rank 1, zeroed after loading."""
+
+
+@dataclass(frozen=True)
+class DraftRoute:
+    """What the worker's draft loads as: ``names`` of the draft's architectures load as ``loads_as``
+    (``()``: sglang's own class); for DSPARK the head, mask token and query layout it is built with."""
+
+    loads_as: str | None  # DFLASH_MODEL, DSPARK_MODEL; None: sglang's own class, nothing swapped
+    names: tuple[str, ...] = ()
+    head: ServedHead | None = None  # DSPARK: the head it builds (and sglang's parse reports)
+    mask_token_id: int | None = None
+    sample_from_anchor: bool | None = None
+
+
+def served_head(cfg: DflashCfg) -> ServedHead | None:
+    """The head DSPARK builds for ``cfg``: the census's, or the zero head; ``None`` where the census
+    knows no type (only a head the target's keys declare gets this far: sglang's reading stands)."""
+    head = cfg.markov_head
+    if head is None:
+        return ZERO_HEAD
+    return None if head.head_type is None else ServedHead(head.rank, head.head_type)
+
+
+def route_for(layout: Layout, cfg: DflashCfg, architectures: tuple[str, ...]) -> DraftRoute:
+    """The route of a draft of ``architectures`` (the classes sglang loads) served in ``layout``."""
+    if layout.builtin != DSPARK:
+        names = tuple(a for a in architectures if a in SGLANG_DENSE_DSPARK)
+        return DraftRoute(DFLASH_MODEL if names else None, names)
+    head = served_head(cfg)
+    if any(a in SGLANG_BUNDLED_DSPARK.values() for a in architectures):
+        return DraftRoute(None, (), head)  # sglang's own class for a head the target's keys declare
+    names = tuple(a for a in architectures if a in SGLANG_DSPARK_ARM)
+    return DraftRoute(DSPARK_MODEL, names, head, cfg.mask_token_id, layout.sample_from_anchor)
+
+
+__all__ = [
+    "DFLASH_MODEL",
+    "DSPARK_MODEL",
+    "DraftRoute",
+    "ServedHead",
+    "ZERO_HEAD",
+    "route_for",
+    "served_head",
+]
