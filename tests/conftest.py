@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
+from plan_expectations import PLAN_TARGET_CONFIG
 
 _skipped: list[str] = []
 
@@ -30,3 +34,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
             "(install what is missing with scripts/setup_envs.sh): " + ", ".join(_skipped),
             red=True,
         )
+
+
+@pytest.fixture(scope="session")
+def plan_target(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The target of the planned launches (``plan_expectations``): a folder holding only its config.json."""
+    folder = tmp_path_factory.mktemp("target")
+    (folder / "config.json").write_text(json.dumps(PLAN_TARGET_CONFIG))
+    return folder

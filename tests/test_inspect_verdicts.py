@@ -27,13 +27,6 @@ FLAGS = (DFLASH_FLAG, DSPARK_FLAG)
 
 
 @pytest.fixture(scope="module")
-def plan_target(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("inspect-target")
-    (folder / "config.json").write_text(json.dumps(PLAN_TARGET_CONFIG))
-    return folder
-
-
-@pytest.fixture(scope="module")
 def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("inspect-fixtures")
     return {name: write_checkpoint(root, fx) for name, fx in ALL_FIXTURES.items()}

@@ -14,7 +14,6 @@ from checkpoints import FIXTURES, write_checkpoint
 from plan_expectations import (
     ENVS,
     EXPECTED,
-    PLAN_TARGET_CONFIG,
     RELEASES,
     outcome_of,
     refused,
@@ -89,13 +88,6 @@ def _check_plan(plan: ServePlan, expected_arm: str, version: str) -> None:
         assert not any(a in DSPARK_ARCHITECTURES for a in plan.architectures)  # a head never dropped
     # carried to the schedulers as it is (spawn pickles, the draft worker deep-copies)
     assert pickle.loads(pickle.dumps(plan)) == plan and copy.deepcopy(plan) == plan
-
-
-@pytest.fixture(scope="module")
-def plan_target(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("plan-target")
-    (folder / "config.json").write_text(json.dumps(PLAN_TARGET_CONFIG))
-    return folder
 
 
 def test_the_table_states_every_fixture_on_every_release() -> None:

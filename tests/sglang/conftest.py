@@ -8,7 +8,6 @@ plugin itself keeps no per-process state between launches).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -40,7 +39,6 @@ PLUGIN_LOGGER = "sglang_dspark_plugin"
 
 # A tiny Qwen3 target: prepare_server_args only reads its config.json (no weights, nothing downloaded);
 # the plan's expectations (tests/plan_expectations.py) are stated for a launch with it.
-from plan_expectations import PLAN_TARGET_CONFIG  # noqa: E402
 
 
 def sglang_version() -> str:
@@ -48,11 +46,9 @@ def sglang_version() -> str:
 
 
 @pytest.fixture(scope="session")
-def target_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A target model folder holding only a config.json."""
-    d = tmp_path_factory.mktemp("target")
-    (d / "config.json").write_text(json.dumps(PLAN_TARGET_CONFIG))
-    return d
+def target_dir(plan_target: Path) -> Path:
+    """A target model folder holding only a config.json (``plan_expectations.PLAN_TARGET_CONFIG``)."""
+    return plan_target
 
 
 @pytest.fixture(scope="session")
