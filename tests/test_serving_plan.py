@@ -266,3 +266,21 @@ def test_a_releases_support_record_follows_the_measured_releases() -> None:
     records = {v: SglangSupport.for_version(v) for v in ("0.5.18", "0.5.19", "0.5.20")}
     assert [r.mask_fill_dspark for r in records.values()] == [False, True, True]
     assert [r.disaggregation for r in records.values()] == [("DSPARK",), ("DSPARK",), ("DFLASH", "DSPARK")]
+
+
+def test_a_release_whose_dflash_reads_the_anchor_first_keys_never_shifts_twice(folders) -> None:
+    """sglang PR 40203 makes DFLASH honour sample_from_anchor / query_zero_predicts_next itself (PR 40181
+    refuses them): a draft declaring the anchor-first layout, served mask-fill through DFLASH under the
+    override, would be shifted a second time. On such a release the plan refuses it; DSPARK is unaffected."""
+    import dataclasses
+
+    reads = dataclasses.replace(SUPPORTS["0.5.23"], dflash_reads_layout=True)
+    draft = str(folders["query_zero_predicts_next"])  # dflash_config.query_zero_predicts_next: true
+    served = make_plan(LaunchRequest(draft=draft, harvest_env="dflash"), SUPPORTS["0.5.23"])
+    assert served.builtin == DFLASH  # today's releases read no layout key: the override is served
+    with pytest.raises(DsparkHarvestError, match="second time") as info:
+        make_plan(LaunchRequest(draft=draft, harvest_env="dflash"), reads)
+    assert info.value.kind == "unsupported" and info.value.where.endswith("query_zero_predicts_next")
+    assert make_plan(LaunchRequest(draft=draft), reads).builtin == DSPARK  # its census: shifted
+    plain = make_plan(LaunchRequest(draft=str(folders["zlab_dflash"])), reads)  # declares no layout key
+    assert plain.builtin == DFLASH

@@ -136,6 +136,32 @@ def require_model_type(cfg: DflashCfg) -> None:
     )
 
 
+ANCHOR_FIRST_KEYS = ("sample_from_anchor", "query_zero_predicts_next")
+"""The keys that declare the anchor-first (shifted) layout, at the top level or in ``dflash_config``."""
+
+
+def refuse_double_shift(cfg: DflashCfg, layout: Layout, support: SglangSupport) -> None:
+    """A release whose DFLASH reads the anchor-first keys itself (sglang PR 40203 honours them, PR 40181
+    refuses them) must never serve DFLASH a draft that declares them: the plan's mask-fill rows would be
+    shifted a second time by the builtin (or refused after the target loaded)."""
+    if not support.dflash_reads_layout or layout.builtin == DSPARK:
+        return
+    nested = cfg.raw.get("dflash_config")
+    holders = (("", cfg.raw), ("dflash_config.", nested if isinstance(nested, dict) else {}))
+    declared = [
+        f"{where}{key}" for where, holder in holders for key in ANCHOR_FIRST_KEYS if holder.get(key) is True
+    ]
+    if declared:
+        raise UnsupportedCheckpointError(
+            f"{cfg.path}/config.json declares the anchor-first layout ({', '.join(declared)} = true) and "
+            f"the plan serves it mask-fill through DFLASH ({ENV_VAR} or the census says dflash), but sglang "
+            f"{support.version}'s DFLASH reads that key itself and would shift every draft a second time. "
+            f"Unset {ENV_VAR} (the checkpoint declares itself shifted: the dspark arm serves it), or remove "
+            "the key if the drafter was trained mask-fill.",
+            where=f"config.json: {declared[0]}",
+        )
+
+
 def dspark_arm_names(architectures: tuple[str, ...]) -> list[str]:
     """The draft's architecture names the dspark arm loads as its model; refuses any other drafter."""
     names = [a for a in architectures if a in SGLANG_DSPARK_ARM]
@@ -215,6 +241,7 @@ def check_servable(
     and the vocabulary against the target's (``load_target``; None: not read); for DFLASH a
     DSpark-named drafter with a Markov head."""
     _require_layout(cfg, layout, resolution, support)
+    refuse_double_shift(cfg, layout, support)
     _require_buildable(cfg, layout, resolution, support, tensor_names)
     require_model_type(cfg)
     architectures = architectures_of(cfg)
@@ -283,6 +310,8 @@ __all__ = [
     "refuse_uncapturable",
     "require_mask_token",
     "require_model_type",
+    "refuse_double_shift",
+    "ANCHOR_FIRST_KEYS",
     "dspark_arm_names",
     "check_servable",
 ]

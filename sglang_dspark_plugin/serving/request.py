@@ -35,6 +35,7 @@ class SglangSupport:
     mask_fill_dspark: bool  # DSPARK reads sample_from_anchor (the mask-fill layout): 0.5.19 on
     disaggregation: tuple[str, ...] = ("DSPARK",)  # builtins whose prefill->decode draft state it builds
     dspark_subfolder: bool = False  # DSPARK finds a draft in the target's dspark/ subfolder: 0.5.23 on
+    dflash_reads_layout: bool = False  # DFLASH's draft-config parser reads the anchor-first keys itself
 
     @classmethod
     def for_version(cls, version: str) -> SglangSupport:

@@ -99,7 +99,33 @@ def sglang_support() -> SglangSupport:
         hasattr(dspark_config, "get_dspark_sample_from_anchor"),
         disaggregation_builtins(),
         hasattr(speculative_hook, "_target_checkpoint_dspark_subfolder"),  # a draft in the target's dspark/
+        dflash_reads_layout(),
     )
+
+
+def dflash_reads_layout() -> bool:
+    """Whether DFLASH's draft-config parser reads the anchor-first keys itself: it answers a config
+    declaring them otherwise than the same config without them (honours them, sglang PR 40203), or
+    refuses it (PR 40181). No released version up to 0.5.23 does."""
+    from sglang.srt.speculative.dflash_utils import parse_dflash_draft_config
+
+    plain = {"num_hidden_layers": 1, "block_size": 4, "dflash_config": {"target_layer_ids": [0]}}
+    declared = {
+        **plain,
+        "sample_from_anchor": True,
+        "dflash_config": {
+            "target_layer_ids": [0],
+            "sample_from_anchor": True,
+            "query_zero_predicts_next": True,
+        },
+    }
+    try:
+        return bool(
+            parse_dflash_draft_config(draft_hf_config=declared)
+            != parse_dflash_draft_config(draft_hf_config=plain)
+        )
+    except ValueError:
+        return True
 
 
 def disaggregation_builtins() -> tuple[str, ...]:
@@ -192,6 +218,7 @@ __all__ = [
     "launch_request",
     "sglang_support",
     "disaggregation_builtins",
+    "dflash_reads_layout",
     "plan_of",
     "asked_for_plugin",
     "require_plan",

@@ -85,6 +85,8 @@ WORKER_CONTRACT: list[tuple[str, str, tuple[str, ...] | None]] = [
         "resolve_runtime_config",
         ("draft_hf_config", "speculative_num_draft_tokens", "target_vocab_size"),
     ),
+    # resolution.dflash_reads_layout probes DFLASH's parser for the anchor-first keys
+    ("sglang.srt.speculative.dflash_utils", "parse_dflash_draft_config", ("draft_hf_config",)),
     ("sglang.srt.distributed.parallel_state", "get_tp_group", ()),
     ("sglang.srt.runtime_context", "get_parallel", ()),  # attention_ranks
     *TARGET_CONTRACT,  # the hooks' targets (hooks.py)

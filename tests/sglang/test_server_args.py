@@ -424,3 +424,42 @@ def test_inspect_and_the_pipeline_agree_where_they_once_did_not(case: str, tmp_p
     assert said == inspect_says(folder, None, EMBEDDED.target), getattr(got, "message", got)
     served = not isinstance(got, Exception)
     assert served == (case == "with-sglangs-dspark-keys")  # the other three are refused, typed
+
+
+def test_a_dflash_parser_that_reads_the_anchor_first_keys_never_gets_a_layout_shifted_twice(
+    target_dir: Path, checkpoint_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sglang PR 40203 makes DFLASH's draft-config parser honour sample_from_anchor /
+    query_zero_predicts_next (PR 40181 refuses them). The plugin feature-detects such a parser; with a
+    stand-in that honours the keys, a draft declaring the anchor-first layout, forced mask-fill, is
+    refused by the real pipeline instead of being shifted twice."""
+    import dataclasses
+
+    from sglang.srt.speculative import dflash_utils
+
+    assert resolution.dflash_reads_layout() is False  # no release up to 0.5.23 reads them
+    real = dflash_utils.parse_dflash_draft_config
+
+    def honouring(*, draft_hf_config):  # answers differently where the keys declare anchor-first
+        parsed = real(draft_hf_config=draft_hf_config)
+        get = (
+            draft_hf_config.get
+            if isinstance(draft_hf_config, dict)
+            else lambda k: getattr(draft_hf_config, k, None)
+        )
+        nested = get("dflash_config") or {}
+        declared = get("sample_from_anchor") is True or any(
+            nested.get(k) is True for k in ("sample_from_anchor", "query_zero_predicts_next")
+        )
+        return (
+            dataclasses.replace(parsed, mask_token=parsed.mask_token + "|anchor-first")
+            if declared
+            else parsed
+        )
+
+    monkeypatch.setattr(dflash_utils, "parse_dflash_draft_config", honouring)
+    assert resolution.dflash_reads_layout() is True
+    monkeypatch.setenv("MEMRA_DSPARK_HARVEST", "dflash")
+    said, got = pipeline_says("query_zero_predicts_next", target_dir, checkpoint_dir)
+    assert said == refused("unsupported", "config.json: dflash_config.query_zero_predicts_next"), got
+    assert "second time" in str(got)
