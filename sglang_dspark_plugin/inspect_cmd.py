@@ -154,11 +154,11 @@ def _harvest_env(environ: dict[str, str] | None) -> str | None:
 def _per_release(request: Any) -> tuple[tuple[Any, ...], list[str]]:
     """What each tested sglang release serves for the launch ``request``: the serving plan itself
     decides (``serving.verdict``), and the advice its plans would log."""
-    from .architectures import SGLANG_VERSIONS
+    from .releases import TESTED
     from .serving import SglangSupport
     from .serving.verdict import release_verdict
 
-    served = tuple(release_verdict(request, SglangSupport.for_version(v)) for v in SGLANG_VERSIONS)
+    served = tuple(release_verdict(request, SglangSupport.for_version(v)) for v in TESTED)
     advice: list[str] = []
     for verdict in served:
         advice += [a for a in verdict.advice if a not in advice]
@@ -167,13 +167,11 @@ def _per_release(request: Any) -> tuple[tuple[Any, ...], list[str]]:
 
 def _bundled_json(path: str, bundled: Any) -> dict[str, Any]:
     """Where the bundled draft lives and which tested releases look for it there."""
-    from .architectures import SGLANG_VERSIONS
+    from .releases import TESTED
     from .serving.bundled import KEYS
     from .serving.request import SglangSupport
 
-    looks = [
-        v for v in SGLANG_VERSIONS if bundled.form == KEYS or SglangSupport.for_version(v).dspark_subfolder
-    ]
+    looks = [v for v in TESTED if bundled.form == KEYS or SglangSupport.for_version(v).dspark_subfolder]
     return {
         "form": bundled.form,
         "target": path,

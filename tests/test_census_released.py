@@ -12,7 +12,6 @@ from checkpoints import write_checkpoint
 from released_checkpoints import RELEASED
 
 from sglang_dspark_plugin import ENV_VAR, DsparkHarvest
-from sglang_dspark_plugin.architectures import SGLANG_BUILDS
 from sglang_dspark_plugin.census import census
 from sglang_dspark_plugin.draft_config import TIER_EXPLICIT, TIER_INFO, TIER_STRUCTURAL
 from sglang_dspark_plugin.errors import (
@@ -20,6 +19,7 @@ from sglang_dspark_plugin.errors import (
     InvalidCheckpointError,
     UnsupportedCheckpointError,
 )
+from sglang_dspark_plugin.releases import RELEASES
 
 RESOLVING = [f for f in RELEASED.values() if f.resolves]
 REFUSED = [f for f in RELEASED.values() if f.expect in ("unsupported", "invalid")]
@@ -224,7 +224,7 @@ def _minimal(tmp_path, arch, *, dspark):
 
 @pytest.mark.parametrize(
     ("builtin", "arch"),
-    sorted({(b, a) for builds in SGLANG_BUILDS.values() for b, names in builds.items() for a in names}),
+    sorted({(b, a) for release in RELEASES for b, names in release.builds.items() for a in names}),
 )
 def test_the_census_classifies_every_class_sglang_builds(tmp_path, builtin, arch):
     folder = _minimal(tmp_path, arch, dspark=builtin == "DSPARK")

@@ -10,9 +10,10 @@ import pytest
 from checkpoints import write_checkpoint
 from released_checkpoints import RELEASED
 
-from sglang_dspark_plugin.architectures import SGLANG_BUILDS, SGLANG_VERSIONS
 from sglang_dspark_plugin.cli import main
 from sglang_dspark_plugin.embedded import EMBEDDED
+from sglang_dspark_plugin.releases import BY_VERSION
+from sglang_dspark_plugin.releases import TESTED as SGLANG_VERSIONS
 from sglang_dspark_plugin.serving.layout import MASK_FILL, MASK_FILL_DSPARK, SHIFTED
 from sglang_dspark_plugin.serving.servability import unbuilt_reason
 
@@ -44,7 +45,7 @@ def test_the_build_rule(layout, arch, rank, expected):
 
 
 def test_a_class_sglang_builds_but_the_dspark_arm_does_not_says_so():
-    assert "Lfm2DSparkDraftModel" in SGLANG_BUILDS["0.5.23"]["DSPARK"]
+    assert "Lfm2DSparkDraftModel" in BY_VERSION["0.5.23"].dspark_classes
     assert "registers no" in unbuilt_reason(SHIFTED, "Lfm2DSparkDraftModel", 8, None, "0.5.17")
     assert "builds Lfm2DSparkDraftModel itself" in unbuilt_reason(
         SHIFTED, "Lfm2DSparkDraftModel", 8, None, "0.5.23"

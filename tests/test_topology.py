@@ -52,3 +52,10 @@ def test_the_docs_hold_the_generated_table() -> None:
     start = text.index("<!-- topology-table -->\n") + len("<!-- topology-table -->\n")
     end = text.index("\n<!-- /topology-table -->")
     assert text[start:end] == markdown_table(), "regenerate: serving.topology.markdown_table()"
+
+
+def test_the_measured_topologies_are_those_of_the_tested_releases() -> None:
+    from sglang_dspark_plugin.releases import TESTED
+    from sglang_dspark_plugin.serving.topology import MEASURED
+
+    assert tuple(MEASURED) == TESTED  # every CI release has its row, and only those are measured here

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..architectures import DSPARK_ARCHITECTURES, SGLANG_BUILDS, SGLANG_DSPARK_ARM
+from ..architectures import DSPARK_ARCHITECTURES, SGLANG_DSPARK_ARM
 from ..capture import uncapturable_message
 from ..census.families import pattern_family
 from ..draft_config import DflashCfg
 from ..errors import DsparkHarvestError, InvalidCheckpointError, UnsupportedCheckpointError
 from ..harvest import ENV_VAR, Resolution
+from ..releases import BY_VERSION
 from ..tensor_headers import tensor_headers
 from ..validation import is_int
 from .layout import DSPARK, Layout, architectures_of
@@ -273,7 +274,7 @@ def _require_buildable(
     """A class this sglang release builds in ``layout``, in a weight layout its loader reads
     (``servability.unbuilt_reason``). A release outside the class lists is left to the checks below."""
 
-    if support.version not in SGLANG_BUILDS:
+    if support.version not in BY_VERSION:
         return
     rank = 0 if cfg.markov_head is None else cfg.markov_head.rank
     names = list(tensor_headers(cfg.path)) if tensor_names is None else tensor_names

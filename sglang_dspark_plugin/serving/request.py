@@ -3,7 +3,6 @@ the two inputs of ``plan.make_plan``, plain frozen records that every part of th
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 from ..geometry import BLOCK_SIZE_FLAGS
 from ..harvest import ENV_VAR, DsparkHarvest
 from ..live_probe import ProbeSettings
+from ..releases import nearest
 from ..settings import MANIFEST, PEER_MANIFEST, read_setting
 from ..telemetry.settings import TelemetrySettings
 
@@ -39,12 +39,10 @@ class SglangSupport:
 
     @classmethod
     def for_version(cls, version: str) -> SglangSupport:
-        """The support a released version has (the adapters detect it from sglang's code instead)."""
-        numbers = tuple(int(n) for n in re.findall(r"\d+", version)[:3])
-        mask_fill = numbers >= (0, 5, 19)  # dspark_config.get_dspark_sample_from_anchor
-        dflash_pd = numbers >= (0, 5, 20)  # build_disagg_draft_input dispatches DFLASH
-        subfolder = numbers >= (0, 5, 23)  # speculative_hook._target_checkpoint_dspark_subfolder
-        return cls(version, mask_fill, ("DFLASH", "DSPARK") if dflash_pd else ("DSPARK",), subfolder)
+        """The support a release has, from the release table (``releases.nearest``: a release without a
+        row is taken as the newest measured one below it); the adapters detect it from sglang's code."""
+        release = nearest(version)
+        return cls(version, release.mask_fill_dspark, release.pd_builtins, release.dspark_subfolder)
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..architectures import SGLANG_BUILDS, SGLANG_DENSE_DSPARK, SGLANG_DSPARK_ARM
+from ..architectures import SGLANG_DENSE_DSPARK, SGLANG_DSPARK_ARM
 from ..census.dialects import TORCHSPEC_WEIGHT_NAMES
-from .layout import DFLASH, DSPARK, Layout
+from ..releases import BY_VERSION
+from .layout import DFLASH, Layout
 
 TORCHSPEC_NATIVE = tuple(TORCHSPEC_WEIGHT_NAMES)
 
@@ -24,7 +25,7 @@ TORCHSPEC_NATIVE = tuple(TORCHSPEC_WEIGHT_NAMES)
 def _not_shifted(version: str, architecture: str) -> str | None:
     if architecture in SGLANG_DSPARK_ARM:
         return None
-    if architecture in SGLANG_BUILDS[version][DSPARK]:
+    if architecture in BY_VERSION[version].dspark_classes:
         return (
             f"sglang {version} builds {architecture} itself, but the dspark arm serves the dense DSpark "
             f"classes only ({', '.join(SGLANG_DSPARK_ARM)})"
@@ -33,7 +34,7 @@ def _not_shifted(version: str, architecture: str) -> str | None:
 
 
 def _not_mask_fill(version: str, architecture: str, markov_rank: int) -> str | None:
-    if architecture in SGLANG_BUILDS[version][DFLASH]:
+    if architecture in BY_VERSION[version].dflash_classes:
         return None
     if architecture in SGLANG_DENSE_DSPARK:
         if markov_rank == 0:
@@ -45,7 +46,7 @@ def _not_mask_fill(version: str, architecture: str, markov_rank: int) -> str | N
 def unbuilt_reason(
     layout: Layout, architecture: str | None, markov_rank: int, unloadable: str | None, version: str
 ) -> str | None:
-    """Why ``version`` (a release ``SGLANG_BUILDS`` lists) cannot build a draft of ``architecture`` in
+    """Why ``version`` (a release of the table, ``releases``) cannot build a draft of ``architecture`` in
     ``layout``; ``None`` when it builds it. ``unloadable``: why its loader cannot read the weights."""
     if unloadable is not None:
         return unloadable

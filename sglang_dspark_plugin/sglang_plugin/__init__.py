@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..logsafe import safe_logger
+from ..releases import untested_warning
 from ..serving import ALGORITHM
 from . import builtin, contract, hooks
 from .contract import FIX as _FIX
@@ -56,13 +57,7 @@ def register() -> bool:
             logger.error("%s", contract.mismatch_message(missing, "NOT registered"))
             return False
         if version not in contract.SUPPORTED_SGLANG:
-            logger.warning(
-                "sglang-dspark-plugin: sglang %s is not a tested version (%s); its contract checks "
-                "passed, so %s is registered; validate on your hardware with scripts/gpu_validate.py.",
-                version,
-                ", ".join(contract.SUPPORTED_SGLANG),
-                ALGORITHM,
-            )
+            logger.warning("%s", untested_warning(str(version), contract.SUPPORTED_SGLANG))
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
         from .spec_algo import DsparkHarvestSpecAlgo

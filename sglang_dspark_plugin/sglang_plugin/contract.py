@@ -24,11 +24,12 @@ from dataclasses import dataclass
 from importlib import metadata
 
 from ..errors import DsparkHarvestError
+from ..releases import TESTED
 from ..serving import ALGORITHM
 from .hooks import HOOK_CONTRACT
 from .resolution import adapter
 
-SUPPORTED_SGLANG = ("0.5.17", "0.5.23")
+SUPPORTED_SGLANG = TESTED
 """Versions the plugin is tested against (0.5.17: the eval pin; 0.5.23: the current release)."""
 
 Entry = tuple[str, str, "tuple[str, ...] | None"]

@@ -140,6 +140,17 @@ def test_untested_version_registers_with_one_warning(
     assert len(warnings) == 1 and sglang.__version__ in warnings[0]
 
 
+def test_a_release_newer_than_the_last_measured_one_is_named_in_one_warning(
+    monkeypatch: pytest.MonkeyPatch, plugin_log: PluginLog
+) -> None:
+    unregister()
+    monkeypatch.setattr(contract, "sglang_version", lambda: "0.5.30")
+    assert register() is True
+    warnings = plugin_log.at(logging.WARNING)
+    assert len(warnings) == 1 and "sglang 0.5.30" in warnings[0]
+    assert "newer than the last release measured (0.5.23)" in warnings[0]
+
+
 def test_contract_holds_for_this_sglang() -> None:
     statuses = contract.check_contract()
     assert [s.target for s in statuses if not s.ok] == []

@@ -37,7 +37,6 @@ from sglang.srt.speculative.dspark_components.dspark_config import (
 from sglang.srt.speculative.dspark_components.dspark_worker_v2 import DSparkWorkerV2
 from transformers import PretrainedConfig
 
-from sglang_dspark_plugin.architectures import SGLANG_BUILDS
 from sglang_dspark_plugin.census import census
 from sglang_dspark_plugin.draft_config import MarkovHead
 from sglang_dspark_plugin.errors import (
@@ -48,6 +47,7 @@ from sglang_dspark_plugin.errors import (
 )
 from sglang_dspark_plugin.geometry import RoundGeometry
 from sglang_dspark_plugin.harvest import ENV_VAR, DsparkHarvest
+from sglang_dspark_plugin.releases import BY_VERSION
 from sglang_dspark_plugin.serving import (
     MASK_FILL,
     MASK_FILL_DSPARK,
@@ -77,7 +77,7 @@ def test_the_expected_sglang_is_installed():
     expected = os.environ.get("DSPARK_EXPECT_SGLANG")
     if expected is not None:
         assert sglang.__version__ == expected
-    assert sglang.__version__ in SGLANG_BUILDS  # a release whose class lists the plugin holds
+    assert sglang.__version__ in BY_VERSION  # a release of the plugin's release table
 
 
 # ------------------------------------------------------------------ served stand-in
