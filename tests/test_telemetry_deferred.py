@@ -39,9 +39,8 @@ def serve(
     """A served stream: 6 requests, 3 at a time, drafting ``shift`` positions late (a shifted drafter
     under the dflash harvest), through a queue run every ``every`` rounds; what it logged and kept."""
     caplog.clear()
-    telemetry = AcceptTelemetry(GAMMA, DsparkHarvest.DFLASH, "census", (), settings=settings)
     probe = LiveProbe(DsparkHarvest.DFLASH, probe_settings)
-    telemetry.alarm.probe = probe
+    telemetry = AcceptTelemetry(GAMMA, DsparkHarvest.DFLASH, "census", (), settings=settings, probe=probe)
     rounds = DeferredRounds(telemetry, probe, every=every, clock=Clock())
     rng = random.Random(3)
     seqs = {rid: sequence(400, seed=rid) for rid in range(6)}

@@ -17,8 +17,8 @@ def telemetry_with(probe: LiveProbe | None) -> AcceptTelemetry:
     settings = TelemetrySettings(
         accept_log_level=None, summary_every=0, alarm_threshold=1.6, alarm_warmup=0, alarm_window=4
     )
-    t = AcceptTelemetry(4, DFLASH, "census", (), settings=settings)
-    t.alarm.probe = probe
+    t = AcceptTelemetry(4, DFLASH, "census", (), settings=settings, probe=probe)
+    assert t.alarm.probe is probe  # wired at construction: the alarm and the summary state its verdict
     return t
 
 

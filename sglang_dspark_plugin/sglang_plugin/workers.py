@@ -190,12 +190,16 @@ class _HarvestWorkerMixin:
         announce(plan, write=False)
         gamma = plan.geometry.gamma
         metrics = PrometheusMetrics(gamma) if enable_metrics else None
-        self.dspark_telemetry = AcceptTelemetry.from_resolution(
-            plan.resolution, gamma, settings=plan.request.telemetry, metrics=metrics, dp_rank=dp_rank
-        )
         dp_tag = "" if dp_rank is None else f" dp={dp_rank}"
         self.dspark_probe = LiveProbe(plan.harvest, plan.request.probe, dp_tag=dp_tag)
-        self.dspark_telemetry.alarm.probe = self.dspark_probe  # the alarm and the summary state its verdict
+        self.dspark_telemetry = AcceptTelemetry.from_resolution(  # its alarm and summary state the verdict
+            plan.resolution,
+            gamma,
+            settings=plan.request.telemetry,
+            metrics=metrics,
+            dp_rank=dp_rank,
+            probe=self.dspark_probe,
+        )
         self.dspark_rounds = DeferredRounds(self.dspark_telemetry, self.dspark_probe)
         settings = plan.request.telemetry
         self.dspark_work = plugin_work(settings, settings.host_cost_every, dp_tag)

@@ -51,6 +51,7 @@ class AcceptTelemetry:
         clock: Callable[[], float] | None = None,
         logger: logging.Logger | None = None,
         dp_rank: int | None = None,
+        probe: Any = None,
     ) -> None:
         _check_arguments(gamma, harvest, source, evidence, settings, clock, logger, dp_rank)
         self.gamma = gamma
@@ -65,7 +66,7 @@ class AcceptTelemetry:
         # Appended to every line: with data-parallel attention each DP group logs its own rounds.
         self.dp_tag = "" if dp_rank is None else f" dp={dp_rank}"
         self.counts = AcceptCounts(gamma, s.record_capacity)
-        self.alarm = RollingAlarm(gamma, s, harvest, source, evidence, self.dp_tag)
+        self.alarm = RollingAlarm(gamma, s, harvest, source, evidence, self.dp_tag, probe)
         self._clock = clock if clock is not None else time.monotonic
         self._text = [str(n) for n in range(gamma + 2)]  # an accept length as the per-round line writes it
         self._line = RoundLineEmitter(AcceptTelemetry.on_verify_complete)
@@ -85,10 +86,14 @@ class AcceptTelemetry:
         metrics: PrometheusMetrics | None = None,
         clock: Callable[[], float] | None = None,
         dp_rank: int | None = None,
+        probe: Any = None,
     ) -> AcceptTelemetry:
-        """Telemetry for a resolved harvest (``DsparkHarvest.explain``) and its round geometry."""
+        """Telemetry for a resolved harvest (``DsparkHarvest.explain``) and its round geometry; ``probe``
+        (a ``LiveProbe``) is what its alarm and summary state as the measured cause."""
         r = resolution
-        return cls(gamma, r.harvest, r.source, r.evidence, settings, metrics, clock, dp_rank=dp_rank)
+        return cls(
+            gamma, r.harvest, r.source, r.evidence, settings, metrics, clock, dp_rank=dp_rank, probe=probe
+        )
 
     def on_verify_complete(self, counts: Sequence[int], at: float | None = None) -> RoundRecord:
         """Record one verify round from the per-request accepted-draft counts (host ints, no sync);

@@ -56,6 +56,7 @@ class RollingAlarm:
         source: str,
         evidence: Sequence[Signal],
         dp_tag: str,
+        probe: Any = None,
     ) -> None:
         self.gamma = gamma
         self.threshold = min(settings.alarm_threshold, 1.0 + gamma / 2.0)
@@ -66,7 +67,7 @@ class RollingAlarm:
         self.source = source
         self.evidence = tuple(evidence)
         self.dp_tag = dp_tag
-        self.probe: Any = None  # a LiveProbe measuring the cause (the worker attaches it), or None
+        self.probe: Any = probe  # a LiveProbe measuring the cause (the served telemetry's), or None
         self.alarms: list[Alarm] = []  # the MAX_KEPT most recent
         self.fired = 0
         self._seen = 0  # valid rounds observed
