@@ -15,8 +15,9 @@ branch alone sizes the row for the 2x reserve). A round prepared at a committed 
 This serves prompts of ``context - farthest`` to ``context - nearest`` tokens one at a time, then all at
 once (``--together`` times), with as many new tokens as sglang allows, on sglang's real engine (the
 test-side CPU patches of ``tests/sglang/cpu_support``), once per algorithm, and reports whether the
-engine served them or where it died. So far (0.5.23, context 64, W = 8 and 9, prompts of 52 to 64
-tokens, alone and 8 at once) every run served every prompt: the condition above is not the whole story.
+engine served them or where it died. So far (0.5.23, W = 8 and 9; context 64 with prompts of 52 to 64
+tokens and context 512 with prompts of 503 to 512, alone and all at once) every run served every
+prompt, builtin and plugin alike: the condition above is not the whole story.
 Run it with an sglang environment's python:
 
     ~/.cache/sglang-dspark-plugin/venvs/sglang-0.5.23/bin/python scripts/context_edge.py

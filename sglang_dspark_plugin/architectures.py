@@ -8,32 +8,34 @@ registers is the release table's (``releases``).
 
 from __future__ import annotations
 
-DFLASH = "dflash"
-DSPARK = "dspark"
-DOMINO = "domino"
+FAMILY_DFLASH = "dflash"
+FAMILY_DSPARK = "dspark"
+FAMILY_DOMINO = "domino"
+"""The families (lower case, as votes and the manifest write them); sglang's algorithm names are
+``releases.DFLASH`` / ``releases.DSPARK``."""
 
 FAMILY: dict[str, str] = {
     # DFlash family, mask-fill by structure
-    "DFlashDraftModel": DFLASH,
-    "DFlash2DraftModel": DFLASH,
-    "DeepseekDFlashDraftModel": DFLASH,
-    "DFlashSpeculator": DFLASH,
+    "DFlashDraftModel": FAMILY_DFLASH,
+    "DFlash2DraftModel": FAMILY_DFLASH,
+    "DeepseekDFlashDraftModel": FAMILY_DFLASH,
+    "DFlashSpeculator": FAMILY_DFLASH,
     # DSpark family, shifted by structure (an explicit flag can still say mask-fill)
-    "DSparkDraftModel": DSPARK,
-    "Qwen3DSparkModel": DSPARK,
-    "LingDSparkModel": DSPARK,
-    "Gemma4DSparkModel": DSPARK,
-    "DSparkV4DraftModel": DSPARK,
-    "DSparkMiniMaxDraftModel": DSPARK,
-    "DSparkSpeculator": DSPARK,
+    "DSparkDraftModel": FAMILY_DSPARK,
+    "Qwen3DSparkModel": FAMILY_DSPARK,
+    "LingDSparkModel": FAMILY_DSPARK,
+    "Gemma4DSparkModel": FAMILY_DSPARK,
+    "DSparkV4DraftModel": FAMILY_DSPARK,
+    "DSparkMiniMaxDraftModel": FAMILY_DSPARK,
+    "DSparkSpeculator": FAMILY_DSPARK,
     # Domino: a third geometry, refused
-    "DominoDraftModel": DOMINO,
+    "DominoDraftModel": FAMILY_DOMINO,
 }
 """Every DFlash-family draft architecture name this project knows, with its family."""
 
-DFLASH_ARCHITECTURES = frozenset(name for name, family in FAMILY.items() if family == DFLASH)
-DSPARK_ARCHITECTURES = frozenset(name for name, family in FAMILY.items() if family == DSPARK)
-DOMINO_ARCHITECTURES = frozenset(name for name, family in FAMILY.items() if family == DOMINO)
+DFLASH_ARCHITECTURES = frozenset(name for name, family in FAMILY.items() if family == FAMILY_DFLASH)
+DSPARK_ARCHITECTURES = frozenset(name for name, family in FAMILY.items() if family == FAMILY_DSPARK)
+DOMINO_ARCHITECTURES = frozenset(name for name, family in FAMILY.items() if family == FAMILY_DOMINO)
 
 SGLANG_DENSE_DSPARK: tuple[str, ...] = ("DSparkDraftModel", "Qwen3DSparkModel", "LingDSparkModel")
 """The classes of sglang's dense DSpark draft model (``models/dspark.py``): DFlash's backbone plus a
@@ -55,9 +57,9 @@ def family_of(architecture: str | None) -> str | None:
 
 __all__ = [
     "FAMILY",
-    "DFLASH",
-    "DSPARK",
-    "DOMINO",
+    "FAMILY_DFLASH",
+    "FAMILY_DSPARK",
+    "FAMILY_DOMINO",
     "DFLASH_ARCHITECTURES",
     "DSPARK_ARCHITECTURES",
     "DOMINO_ARCHITECTURES",

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .architectures import DFLASH, DSPARK
+from .architectures import FAMILY_DFLASH, FAMILY_DSPARK
 from .errors import CensusConflictError, printable
 
 TIER_EXPLICIT = 1
@@ -17,8 +17,8 @@ TIER_INFO = 0
 """Recorded for the reader, casts no vote (e.g. markov_rank = 0, a DFlash2 candidate selector)."""
 
 # A vote names the family whose training strategy it says: the architecture table's names.
-VOTE_DFLASH = DFLASH
-VOTE_DSPARK = DSPARK
+VOTE_DFLASH = FAMILY_DFLASH
+VOTE_DSPARK = FAMILY_DSPARK
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from plan_expectations import PLAN_TARGET_CONFIG
 
 _skipped: list[str] = []
 
@@ -39,6 +38,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
 @pytest.fixture(scope="session")
 def plan_target(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The target of the planned launches (``plan_expectations``): a folder holding only its config.json."""
+    from plan_expectations import PLAN_TARGET_CONFIG  # here: this conftest is also copied on its own
+
     folder = tmp_path_factory.mktemp("target")
     (folder / "config.json").write_text(json.dumps(PLAN_TARGET_CONFIG))
     return folder

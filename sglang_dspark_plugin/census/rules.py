@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..architectures import (
-    DFLASH,
     DFLASH_ARCHITECTURES,
     DOMINO_ARCHITECTURES,
-    DSPARK,
     DSPARK_ARCHITECTURES,
+    FAMILY_DFLASH,
+    FAMILY_DSPARK,
     family_of,
 )
 from ..draft_config import TIER_EXPLICIT, TIER_INFO, TIER_STRUCTURAL, VOTE_DFLASH, VOTE_DSPARK, Signal
@@ -186,7 +186,7 @@ def architecture_signals(
     if shared is not None:
         return [shared]
     family = family_of(architecture)
-    if family in (DFLASH, DSPARK):  # a vote is the family's name
+    if family in (FAMILY_DFLASH, FAMILY_DSPARK):  # a vote is the family's name
         return [view.signal("architectures[0]", architecture, TIER_STRUCTURAL, family)]
     recognised = family_signal(view, architecture, tensors)
     if recognised is not None:

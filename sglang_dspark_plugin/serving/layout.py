@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from ..architectures import DSPARK_ARCHITECTURES
 from ..draft_config import DflashCfg
 from ..harvest import DsparkHarvest
-
-DFLASH, DSPARK = "DFLASH", "DSPARK"
+from ..releases import DFLASH, DSPARK
 
 
 @dataclass(frozen=True)
