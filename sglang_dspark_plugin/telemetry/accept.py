@@ -33,11 +33,11 @@ class AcceptTelemetry:
     every line and the alarm; ``settings=None`` reads the ``MEMRA_DSPARK_*`` variables; ``metrics`` is an
     optional ``PrometheusMetrics``; ``clock`` (seconds, monotonic) and ``logger`` are injectable for
     tests; ``dp_rank`` (the data-parallel attention group this telemetry watches, where there are
-    several) ends every line with ``dp=N``.
+    several) ends every line with ``dp=N``; ``probe`` (a ``LiveProbe``) is the measured cause the alarm
+    and the summary state.
 
-    What it has counted is read where it is kept: ``counts`` (an ``AcceptCounts``: the histogram, the
-    totals, the round records, the per-position rates and the mean) and ``alarm`` (a ``RollingAlarm``:
-    the threshold in force, the window mean, the alarms fired).
+    What it counted is read where it is kept: ``counts`` (``AcceptCounts``: histogram, totals, round
+    records, per-position rates, mean) and ``alarm`` (``RollingAlarm``: threshold, window mean, alarms).
     """
 
     def __init__(
@@ -63,8 +63,7 @@ class AcceptTelemetry:
         self.logger = logger if logger is not None else safe_logger(ACCEPT_LOGGER)
         self.dp_rank = dp_rank
         self.tag = f"{self.harvest}({source})"
-        # Appended to every line: with data-parallel attention each DP group logs its own rounds.
-        self.dp_tag = "" if dp_rank is None else f" dp={dp_rank}"
+        self.dp_tag = "" if dp_rank is None else f" dp={dp_rank}"  # every line's: each DP group logs its own
         self.counts = AcceptCounts(gamma, s.record_capacity)
         self.alarm = RollingAlarm(gamma, s, harvest, source, evidence, self.dp_tag, probe)
         self._clock = clock if clock is not None else time.monotonic
@@ -88,12 +87,9 @@ class AcceptTelemetry:
         dp_rank: int | None = None,
         probe: Any = None,
     ) -> AcceptTelemetry:
-        """Telemetry for a resolved harvest (``DsparkHarvest.explain``) and its round geometry; ``probe``
-        (a ``LiveProbe``) is what its alarm and summary state as the measured cause."""
-        r = resolution
-        return cls(
-            gamma, r.harvest, r.source, r.evidence, settings, metrics, clock, dp_rank=dp_rank, probe=probe
-        )
+        """Telemetry for a resolved harvest (``DsparkHarvest.explain``) and its round geometry."""
+        r, options = resolution, {"dp_rank": dp_rank, "probe": probe}
+        return cls(gamma, r.harvest, r.source, r.evidence, settings, metrics, clock, **options)
 
     def on_verify_complete(self, counts: Sequence[int], at: float | None = None) -> RoundRecord:
         """Record one verify round from the per-request accepted-draft counts (host ints, no sync);
