@@ -16,13 +16,14 @@ from .errors import UsageError
 from .output import EXIT_BROKEN_PIPE, EXIT_OUTPUT_ERROR, OutputError, guarded_output, report_output_error
 
 EXIT_USAGE = 2
-COMMANDS = ("inspect", "check", "doctor", "configs")
+COMMANDS = ("inspect", "check", "declare", "doctor", "configs")
 
 EPILOG = f"""examples:
   dspark-harvest inspect path/to/draft          which convention a checkpoint declares (reads no weights)
   dspark-harvest inspect org/draft --json       a hub id from the local Hugging Face cache, as JSON
   dspark-harvest check                          both harvests on the embedded tiny models, no download
   dspark-harvest check --target T --draft D     measure your drafter before deploying it
+  dspark-harvest declare D --out D2             a copy of D declaring its harvest in the keys engines read
   dspark-harvest doctor                         is the installed sglang one the plugin can serve with?
   dspark-harvest configs dspark_harvest.yaml    the installed path of a shipped sglang --config file
 
@@ -62,9 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
 
-    from . import check_cmd, configs_cmd, doctor_cmd, inspect_cmd
+    from . import check_cmd, configs_cmd, declare_cmd, doctor_cmd, inspect_cmd
 
-    for command in (inspect_cmd, check_cmd, doctor_cmd, configs_cmd):
+    for command in (inspect_cmd, check_cmd, declare_cmd, doctor_cmd, configs_cmd):
         command.add_parser(sub)
     return parser
 

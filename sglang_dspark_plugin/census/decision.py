@@ -18,6 +18,13 @@ class Decision:
     conflict: str | None = None  # why the deciding tier's votes disagree; refused unless overridden
 
 
+CONFLICT_FIX = (
+    "Fix the checkpoint's config, or set MEMRA_DSPARK_HARVEST=dflash (mask-fill) or "
+    "MEMRA_DSPARK_HARVEST=dspark (shifted) to the strategy it was trained with."
+)
+"""The fix a conflict names (``declare`` replaces it: a declaration cannot rest on a launch's override)."""
+
+
 def decide(evidence: Sequence[Signal]) -> Decision:
     """The decision of ``evidence``: tier 1 (explicit) over tier 2 (structural); no vote, no tier."""
     voting = votes(evidence)
@@ -34,9 +41,8 @@ def decide(evidence: Sequence[Signal]) -> Decision:
         tier,
         None,
         f"the checkpoint's {kind} (tier {tier}) disagree about its training strategy: {listed}. "
-        "Fix the checkpoint's config, or set MEMRA_DSPARK_HARVEST=dflash (mask-fill) or "
-        "MEMRA_DSPARK_HARVEST=dspark (shifted) to the strategy it was trained with.",
+        + CONFLICT_FIX,
     )
 
 
-__all__ = ["Decision", "decide"]
+__all__ = ["CONFLICT_FIX", "Decision", "decide"]

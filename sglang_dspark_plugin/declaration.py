@@ -1,0 +1,291 @@
+"""Declarations other engines read: the census's decision written into a copy of a draft's config.json.
+
+The census decides a draft's harvest from every signal it carries; an engine other than this plugin reads
+one key, or none, and guesses the rest. ``declare`` writes the decision in the keys those engines read,
+in a new folder (the tensors linked or copied, the source never touched):
+
+* ``sample_from_anchor`` at the top level (sglang 0.5.23's DSPARK reads it there only) and nested in
+  ``dflash_config`` (where sglang's nemotron check, the open DFLASH PR 40203 and the speculators-style
+  exports look); ``true`` = anchor-first (shifted, DSpark), ``false`` = 1+N fill-in (mask-fill, DFlash);
+* the block size at the top level and in ``dflash_config`` where the source leaves it out (sglang reads
+  ``dflash_config.block_size`` then the top level; SpecForge requires the top level).
+
+A draft the census refuses (contradictory evidence, Domino, malformed) is refused here too, and so is
+one with no vote at all: the plugin serves such a draft with the historical default, a guess that a
+declaration must not turn into a fact. ``MEMRA_DSPARK_HARVEST`` is not read: it overrides one launch,
+and a declaration outlives it.
+
+``ENGINE_READERS`` is what each sglang release (and the two open sglang PRs) serves from such a config,
+as the research read their code; ``served_by`` applies it to a config, so ``declare`` can print what
+each would have served before the declaration and what it serves after.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .architectures import FAMILY_DFLASH, FAMILY_DSPARK, family_of
+from .census.decision import CONFLICT_FIX
+from .census.locate import CONFIG
+from .draft_config import DflashCfg
+from .errors import CensusConflictError, UsageError
+from .geometry import MAX_BLOCK_SIZE
+
+SHIFTED = "shifted"
+MASK_FILL = "mask-fill"
+REFUSED = "refused"
+FLAG = "sample_from_anchor"
+NESTED = "dflash_config"
+LAYOUT_OF = {FAMILY_DSPARK: SHIFTED, FAMILY_DFLASH: MASK_FILL}
+
+
+def _flag(config: Mapping[str, Any], *sections: str, keys: tuple[str, ...] = (FLAG,)) -> bool | None:
+    """The first boolean among ``keys`` at the top level (``""``) or in the named sections."""
+    for section in sections:
+        table = config if section == "" else config.get(section)
+        if isinstance(table, Mapping):
+            for key in keys:
+                if isinstance(table.get(key), bool):
+                    return bool(table[key])
+    return None
+
+
+def _dspark_0523(config: Mapping[str, Any]) -> str:
+    return MASK_FILL if _flag(config, "") is False else SHIFTED
+
+
+def _pr_40203(config: Mapping[str, Any]) -> str:
+    value = _flag(config, "", NESTED, keys=(FLAG, "query_zero_predicts_next"))
+    return SHIFTED if value else MASK_FILL
+
+
+def _pr_40181(config: Mapping[str, Any]) -> str:
+    value = _flag(config, "", NESTED, keys=(FLAG, "query_zero_predicts_next"))
+    return REFUSED if value else MASK_FILL
+
+
+@dataclass(frozen=True)
+class EngineReader:
+    """What one engine serves from a draft config: the family it loads, the keys it reads, where."""
+
+    engine: str
+    loads: str  # the architecture family it loads (FAMILY_DFLASH or FAMILY_DSPARK)
+    reads: str  # the keys it reads, in words
+    where: str  # file:line in the release (or the PR)
+    serves: Callable[[Mapping[str, Any]], str]
+
+
+ENGINE_READERS: tuple[EngineReader, ...] = (
+    EngineReader(
+        "sglang 0.5.17 DSPARK",
+        FAMILY_DSPARK,
+        "no key: always anchor-first",
+        "speculative/dspark_components/dspark_draft.py:318-323,369",
+        lambda _c: SHIFTED,
+    ),
+    EngineReader(
+        "sglang 0.5.23 DSPARK",
+        FAMILY_DSPARK,
+        "top-level sample_from_anchor (absent: true; nested ignored)",
+        "speculative/dspark_components/dspark_config.py:29-31; dspark_draft.py:656-668",
+        _dspark_0523,
+    ),
+    EngineReader(
+        "sglang 0.5.17-0.5.23 DFLASH",
+        FAMILY_DFLASH,
+        "no key: always 1+N fill-in",
+        "speculative/dflash_worker_v2.py:130,1641 (0.5.17); :183,2804 (0.5.23)",
+        lambda _c: MASK_FILL,
+    ),
+    EngineReader(
+        "sglang DFLASH + PR 40203 (open)",
+        FAMILY_DFLASH,
+        "sample_from_anchor / query_zero_predicts_next, top level or nested (absent: 1+N)",
+        "github.com/sgl-project/sglang/pull/40203",
+        _pr_40203,
+    ),
+    EngineReader(
+        "sglang DFLASH + PR 40181 (open)",
+        FAMILY_DFLASH,
+        "refuses sample_from_anchor / query_zero_predicts_next = true",
+        "github.com/sgl-project/sglang/pull/40181",
+        _pr_40181,
+    ),
+)
+"""What each sglang release (and each open PR) serves from a draft config it loads."""
+
+
+def served_by(config: Mapping[str, Any]) -> list[dict[str, str]]:
+    """For each ``ENGINE_READERS`` row that loads this config's architecture: what it serves."""
+    architectures = config.get("architectures")
+    name = architectures[0] if isinstance(architectures, list) and architectures else None
+    family = family_of(name)
+    return [
+        {"engine": r.engine, "serves": r.serves(config), "reads": r.reads, "where": r.where}
+        for r in ENGINE_READERS
+        if family is None or r.loads == family
+    ]
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """The declared config and what it changed: the keys written, the layout, the engines' readings."""
+
+    source: str
+    out: str
+    harvest: str  # "dflash" | "dspark", the census's decision
+    config: dict[str, Any]
+    written: dict[str, Any]  # key path -> value, only the keys the source lacked or had otherwise
+    files: int  # the other files, linked or copied
+    copied: bool
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--json`` report: keys written, the layout each engine served before and serves after."""
+        before = {row["engine"]: row["serves"] for row in served_by(self.source_config())}
+        layout = LAYOUT_OF[self.harvest]
+        engines = [
+            {**row, "before": before[row["engine"]], "right": row["serves"] == layout}
+            for row in served_by(self.config)
+        ]
+        return {
+            "source": self.source,
+            "out": self.out,
+            "harvest": self.harvest,
+            "layout": layout,
+            "written": self.written,
+            "files": self.files,
+            "files_are": "copied" if self.copied else "linked to the source's",
+            "engines": engines,
+        }
+
+    def source_config(self) -> dict[str, Any]:
+        """The source's config.json, read again (the declaration never changes it)."""
+        loaded: dict[str, Any] = json.loads((Path(self.source) / CONFIG).read_text(encoding="utf-8"))
+        return loaded
+
+
+def declared_config(cfg: DflashCfg, block_size: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(config, written)``: the census's decision on ``cfg`` stated in every key ``declare`` writes.
+
+    Raises ``CensusConflictError`` on contradictory evidence and ``UsageError`` for a draft with no
+    vote, or with no block size and no ``block_size`` given (or one that contradicts the source's)."""
+    if cfg.conflict:
+        fix = "Fix the checkpoint's config.json: declare states only what its evidence agrees on."
+        raise CensusConflictError(cfg.conflict.replace(CONFLICT_FIX, fix), where=cfg.path)
+    if cfg.verdict not in LAYOUT_OF:
+        raise UsageError(
+            "the census found no signal of this draft's training strategy: the plugin serves it with "
+            "the historical default (mask-fill), a guess a declaration must not state as a fact; add "
+            f"'{FLAG}' to its config.json by hand if you know how it was trained.",
+            where=os.path.join(cfg.path, CONFIG),
+        )
+    width = _block_size(cfg, block_size)
+    config = copy.deepcopy(cfg.raw)
+    nested = config.get(NESTED)
+    if nested is None:
+        nested = config[NESTED] = {}
+    if not isinstance(nested, dict):
+        raise UsageError(
+            f"{NESTED} is {type(nested).__name__}, not an object; fix the source's config.json.",
+            where=os.path.join(cfg.path, CONFIG),
+        )
+    wanted = {FLAG: cfg.verdict == FAMILY_DSPARK, "block_size": width}
+    written: dict[str, Any] = {}
+    for table, prefix in ((config, ""), (nested, f"{NESTED}.")):
+        for key, value in wanted.items():
+            if table.get(key) != value or type(table.get(key)) is not type(value):
+                table[key] = value
+                written[prefix + key] = value
+    return config, written
+
+
+def _block_size(cfg: DflashCfg, given: int | None) -> int:
+    where = os.path.join(cfg.path, CONFIG)
+    if given is not None and not 2 <= given <= MAX_BLOCK_SIZE:
+        raise UsageError(f"--block-size {given}: a block has 2..{MAX_BLOCK_SIZE} rows.", where="--block-size")
+    if cfg.block_size is None and given is None:
+        raise UsageError(
+            "the source gives no block size; pass --block-size N, the width the drafter was trained with.",
+            where=where,
+        )
+    if cfg.block_size is not None and given is not None and given != cfg.block_size:
+        raise UsageError(
+            f"--block-size {given} contradicts the source's block size {cfg.block_size}; drop the flag.",
+            where="--block-size",
+        )
+    return cfg.block_size if cfg.block_size is not None else int(given or 0)
+
+
+def declare(
+    cfg: DflashCfg, out: str | os.PathLike[str], *, block_size: int | None = None, copy_files: bool = False
+) -> Declaration:
+    """Write ``out``: a copy of the census's checkpoint folder whose config.json declares the decision.
+
+    Every other file is a symbolic link to the source's (a copy with ``copy_files``); the folder is
+    built beside ``out`` and renamed into place, so a failure leaves no half-written declaration.
+    ``out`` must not exist yet, nor lie inside the source."""
+    config, written = declared_config(cfg, block_size)
+    source = Path(cfg.path).absolute()
+    target = Path(out).absolute()
+    _require_new_folder(source, target)
+    staging = target.parent / f".{target.name}.declaring-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)  # a run of this process that died half-way
+    staging.mkdir()  # the user's umask, as the folder renamed into place keeps it
+    try:
+        files = _mirror(source, staging, copy_files)
+        (staging / CONFIG).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        staging.rename(target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return Declaration(cfg.path, os.fspath(out), str(cfg.verdict), config, written, files, copy_files)
+
+
+def _require_new_folder(source: Path, target: Path) -> None:
+    if target.exists() or target.is_symlink():
+        raise UsageError(f"{target} exists; name a new folder (declare never overwrites).", where="--out")
+    if not target.parent.is_dir():
+        raise UsageError(f"{target.parent} is not a folder; create it first.", where="--out")
+    if target.resolve().is_relative_to(source.resolve()):
+        raise UsageError(
+            f"{target} lies inside the source {source}; name a folder outside it.", where="--out"
+        )
+
+
+def _mirror(source: Path, staging: Path, copy_files: bool) -> int:
+    """Link (or copy) every file of ``source`` but its config.json into ``staging``; returns the count."""
+    count = 0
+    for root, dirs, names in os.walk(source):
+        dirs.sort()
+        rel = Path(root).relative_to(source)
+        (staging / rel).mkdir(exist_ok=True)
+        for name in sorted(names):
+            if rel == Path(".") and name == CONFIG:
+                continue
+            src, dst = Path(root) / name, staging / rel / name
+            if copy_files:
+                shutil.copy2(src, dst)
+            else:
+                dst.symlink_to(src)
+            count += 1
+    return count
+
+
+__all__ = [
+    "ENGINE_READERS",
+    "EngineReader",
+    "Declaration",
+    "declare",
+    "declared_config",
+    "served_by",
+    "SHIFTED",
+    "MASK_FILL",
+    "REFUSED",
+]
