@@ -16,7 +16,7 @@ from .errors import UsageError
 from .output import EXIT_BROKEN_PIPE, EXIT_OUTPUT_ERROR, OutputError, guarded_output, report_output_error
 
 EXIT_USAGE = 2
-COMMANDS = ("inspect", "check", "declare", "doctor", "configs")
+COMMANDS = ("inspect", "check", "declare", "report", "doctor", "configs")
 
 EPILOG = f"""examples:
   dspark-harvest inspect path/to/draft          which convention a checkpoint declares (reads no weights)
@@ -24,11 +24,13 @@ EPILOG = f"""examples:
   dspark-harvest check                          both harvests on the embedded tiny models, no download
   dspark-harvest check --target T --draft D     measure your drafter before deploying it
   dspark-harvest declare D --out D2             a copy of D declaring its harvest in the keys engines read
+  dspark-harvest report server.log              a server log's rounds, alarms and probe verdicts, a verdict
   dspark-harvest doctor                         is the installed sglang one the plugin can serve with?
   dspark-harvest configs dspark_harvest.yaml    the installed path of a shipped sglang --config file
 
 exit codes: 0 success; 2 refused (usage or a checkpoint; the message says what to fix); check adds
 1 not exact, 3 the served harvest contradicts the measurement, 4 inconclusive (see check --help);
+report: 3 a measured misalignment, 5 a collapse with another cause (see report --help);
 doctor exits 1 when something is missing; {EXIT_BROKEN_PIPE} the reader of the output went away (a closed
 pipe); {EXIT_OUTPUT_ERROR} the output could not be written (a full disk).
 """
@@ -63,9 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
 
-    from . import check_cmd, configs_cmd, declare_cmd, doctor_cmd, inspect_cmd
+    from . import check_cmd, configs_cmd, declare_cmd, doctor_cmd, inspect_cmd, report_cmd
 
-    for command in (inspect_cmd, check_cmd, declare_cmd, doctor_cmd, configs_cmd):
+    for command in (inspect_cmd, check_cmd, declare_cmd, report_cmd, doctor_cmd, configs_cmd):
         command.add_parser(sub)
     return parser
 

@@ -246,6 +246,16 @@ ON_MISMATCH = Setting(
     "with it (canaries, staging)",
     words=("warn", "fail"),
 )
+DEFER_ROUNDS = Setting(
+    "MEMRA_DSPARK_DEFER_ROUNDS",
+    "int",
+    8,
+    "an integer 1..1024",
+    "verify rounds whose telemetry and probe steps are queued before they run, warm (a finished "
+    "request runs the queue sooner); 1: every round at once, no lag (docs/telemetry.md)",
+    minimum=1,
+    maximum=1024,
+)
 HOST_TIMING = Setting(
     "MEMRA_DSPARK_HOST_TIMING",
     "flag",
@@ -275,6 +285,7 @@ SETTINGS: tuple[Setting, ...] = (
     PROBE_ROUNDS,
     PROBE_EVERY,
     ON_MISMATCH,
+    DEFER_ROUNDS,
     HOST_TIMING,
     SYNC_DEBUG,
 )

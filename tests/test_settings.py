@@ -95,7 +95,7 @@ def test_unset_gives_the_default() -> None:
         {"alarm_window": 10**9},
         {"alarm_window": 2.0},
         {"alarm_threshold": True},
-        {"record_capacity": 10**9},
+        {"alarm_warmup": -1},
         {"accept_log_level": "INFO"},
         {"host_timing": 1},
         {"sync_debug": "yes"},

@@ -248,10 +248,8 @@ def test_out_of_range_counts_are_reported_once_and_kept_out(captured, bad):
     t = telemetry(gamma=4)
     t.on_verify_complete([1, 2])
     before = t.summary()
-    record = t.on_verify_complete(bad)
+    assert t.on_verify_complete(bad) is False
     t.on_verify_complete(bad)
-    assert record.valid is False and record.batch_size == len(bad)
-    assert json.loads(json.dumps(record.to_json(), allow_nan=False))["mean"] is None
     after = t.summary()
     for key in (
         "rounds",
@@ -266,7 +264,7 @@ def test_out_of_range_counts_are_reported_once_and_kept_out(captured, bad):
     assert len(errors) == 1
     assert "gamma=4" in errors[0] and "speculative_num_draft_tokens must be gamma+1=5" in errors[0]
     t.on_verify_complete([4])
-    assert t.counts.rounds == 2 and t.counts.records[-1].valid
+    assert t.counts.rounds == 2 and t.counts.invalid_rounds == 2
 
 
 @pytest.mark.parametrize("gamma", [4, 16, 300])
@@ -279,9 +277,8 @@ def test_round_line_and_statistics_are_the_same_on_every_path(captured, gamma, b
     rounds = 300 if bs == 300 else 3  # 300 x 300 counts: the buffered counts are folded in mid-stream
     for i in range(rounds):
         counts = [rng.choice([0, 1, gamma, rng.randint(0, gamma)]) for _ in range(bs)]
-        record = t.on_verify_complete(counts)
+        assert t.on_verify_complete(counts) is True
         flat += counts
-        assert record.accept_lengths == [n + 1 for n in counts]
         mean = sum(n + 1 for n in counts) / bs
         line = captured.messages(f"dspark accept round={i + 1} ")[0]
         assert line == (

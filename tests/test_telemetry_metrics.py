@@ -98,7 +98,7 @@ def test_metrics_for_another_gamma_are_refused():
     with pytest.raises(GeometryError, match="gamma=3 but the telemetry has gamma=4"):
         AcceptTelemetry(4, DSPARK, "census", settings=QUIET, metrics=metrics)
     with pytest.raises(GeometryError, match="gamma=3 but the counts have gamma=4") as info:
-        metrics.sync(AcceptCounts(4, record_capacity=8), alarms_fired=0)
+        metrics.sync(AcceptCounts(4), alarms_fired=0)
     assert info.value.where == "PrometheusMetrics.sync(counts=...)"
 
 

@@ -37,7 +37,6 @@ QUIET = TelemetrySettings(accept_log_level=None, summary_every=0, alarm_threshol
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-    from ..telemetry import RoundRecord
     from .drafter import DFlashDraftModel, DraftCache
 
 
@@ -74,7 +73,6 @@ class Generation:
     tokens: list[int]  # the new tokens only, exactly max_new_tokens of them
     seconds: float
     rounds: list[RoundResult] = field(default_factory=list)
-    records: list[RoundRecord] = field(default_factory=list)  # the plugin's per-round records
     telemetry: AcceptTelemetry | None = None  # accept length and per-position rates over the rounds
 
     @property
@@ -279,7 +277,7 @@ def speculative_generate(
             target, drafter, geometry, state, temperature=temperature, generator=generator
         )
         gen.rounds.append(result)
-        gen.records.append(telemetry.on_verify_complete([result.accepted]))
+        telemetry.on_verify_complete([result.accepted])
     gen.tokens = state.tokens[len(prompt) : len(prompt) + max_new_tokens]
     gen.seconds = time.perf_counter() - start
     return gen

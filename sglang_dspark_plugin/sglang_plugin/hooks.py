@@ -120,8 +120,12 @@ def round_around_result(
     worker = getattr(processor, "model_worker", None)
     if worker is None or getattr(worker, "dspark_telemetry", None) is None:
         return original(processor, result, batch, *args, **kwargs)
-    with worker.dspark_work:  # timed / sync-checked with the rest of the plugin's round work
+    work = worker.dspark_work  # timed / sync-checked with the rest of the plugin's round work, if asked
+    if work is None:
         live = worker.dspark_live_mask = [not (r.is_retracted or r.finished()) for r in batch.reqs]
+    else:
+        with work:
+            live = worker.dspark_live_mask = [not (r.is_retracted or r.finished()) for r in batch.reqs]
     committed = original(processor, result, batch, *args, **kwargs)
     probe_round = getattr(worker, "dspark_probe_round", None)
     if probe_round is not None:

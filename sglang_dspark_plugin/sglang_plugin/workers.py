@@ -7,7 +7,6 @@ hook; ``worker_class_for`` is the factory. docs/workers.md describes the arms ag
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -29,7 +28,8 @@ from .resolution import announce, optional_arg, require_plan
 if TYPE_CHECKING:
     from ..telemetry import AcceptTelemetry, DeferredRounds
 
-NO_WORK = contextlib.nullcontext()
+NO_WORK = None
+"""``dspark_work`` of a normal server: no timer and no sync check, so the round hooks enter nothing."""
 """``dspark_work`` when neither host timing nor the sync debug mode is on: nothing per round."""
 
 
@@ -158,7 +158,7 @@ class _HarvestWorkerMixin:
     dspark_telemetry: AcceptTelemetry | None = None
     dspark_probe: LiveProbe | None = None
     dspark_rounds: DeferredRounds | None = None  # the telemetry's and the probe's queue of round steps
-    dspark_work: Any = NO_WORK  # entered around the plugin's per-round work (``plugin_work``)
+    dspark_work: Any = NO_WORK  # entered around the per-round work where timed/checked (``plugin_work``)
 
     def _dspark_harvest_init(self, server_args: Any) -> ServePlan:
         """The plan sglang handed this scheduler (the factory chose this class by its layout), the rank
@@ -200,8 +200,8 @@ class _HarvestWorkerMixin:
             dp_rank=dp_rank,
             probe=self.dspark_probe,
         )
-        self.dspark_rounds = DeferredRounds(self.dspark_telemetry, self.dspark_probe)
         settings = plan.request.telemetry
+        self.dspark_rounds = DeferredRounds(self.dspark_telemetry, self.dspark_probe, settings.defer_rounds)
         self.dspark_work = plugin_work(settings, settings.host_cost_every, dp_tag)
         logger.info(
             "DSPARK_HARVEST worker %s%s: harvest=%s (%s), block_size=%d, gamma=%d, verify_window=%d, "
@@ -215,6 +215,8 @@ class _HarvestWorkerMixin:
             plan.geometry.verify_window,
             list(plan.geometry.harvested_rows),
         )
+        telemetry = self.dspark_telemetry  # its startup line: what `dspark-harvest report` reads gamma from
+        telemetry.logger.info("%s", telemetry.describe())
 
     dspark_live_mask: list[bool] | None = None
 
@@ -225,31 +227,29 @@ class _HarvestWorkerMixin:
         rounds = self.dspark_rounds
         if rounds is None or rounds.probe is None:
             return
-
-        def read(sampled: bool) -> Any:
-            requests = [
-                (r.rid, *request_anchor(r.output_ids), keep) for r, keep in zip(batch.reqs, live, strict=True)
-            ]
-            if not sampled:
-                return requests, committed, None, None, None
-            capped = getattr(result, "block_accept_lens", None)
-            block = None if capped is None else capped.tolist()
-            return requests, committed, result.next_token_ids.tolist(), result.accept_lens.tolist(), block
-
-        with self.dspark_work:
-            rounds.probe_round(read)
+        work = self.dspark_work
+        if work is NO_WORK:  # a normal server: no timer, no sync check on the round's path
+            rounds.probe_round(_round_snapshot, batch, live, committed, result)
+            return
+        with work:
+            rounds.probe_round(_round_snapshot, batch, live, committed, result)
 
     def note_request_finished(self, *, rid: str, natural_stop: bool) -> None:
         """sglang's end-of-request hook: the parent's work, then the queued round steps run, the
         request's end last (the probe scores what it holds): its rounds are all logged now."""
         super().note_request_finished(rid=rid, natural_stop=natural_stop)  # type: ignore[misc]
         rounds = self.dspark_rounds
-        if rounds is not None:
-            with self.dspark_work:
-                rounds.finish(rid)
+        if rounds is None:
+            return
+        work = self.dspark_work
+        if work is NO_WORK:
+            rounds.finish(rid)
+            return
+        with work:
+            rounds.finish(rid)
 
     def on_verify_complete_cpu(self, num_correct_drafts_per_req: list[int], batch_size: int = 0) -> None:
-        """sglang's host-side per-round hook: the parent's work, then one telemetry record, queued
+        """sglang's host-side per-round hook: the parent's work, then one telemetry round, queued
         (``DeferredRounds``; no sync).
 
         Requests that had already finished (still in an overlapped batch) are left out, as sglang
@@ -260,15 +260,32 @@ class _HarvestWorkerMixin:
         if rounds is None:
             return
         work = self.dspark_work
+        if work is NO_WORK:
+            self._dspark_verify(rounds, num_correct_drafts_per_req)
+            return
         with work:
-            live, self.dspark_live_mask = self.dspark_live_mask, None
-            values = num_correct_drafts_per_req
-            if live is not None and len(live) == len(values) and not all(live):
-                values = [v for v, keep in zip(values, live, strict=True) if keep]
-            if values:
-                rounds.verify(values)
-        if work is not NO_WORK:
-            work.end_round()
+            self._dspark_verify(rounds, num_correct_drafts_per_req)
+        work.end_round()
+
+    def _dspark_verify(self, rounds: DeferredRounds, values: list[int]) -> None:
+        live, self.dspark_live_mask = self.dspark_live_mask, None
+        if live is not None and len(live) == len(values) and not all(live):
+            values = [v for v, keep in zip(values, live, strict=True) if keep]
+        if values:
+            rounds.verify(values)
+
+
+def _round_snapshot(sampled: bool, batch: Any, live: list[bool], committed: Any, result: Any) -> Any:
+    """One round as the probe takes it (``DeferredRounds.probe_round``): each request's id, anchor and
+    liveness, the committed tokens, and on a sampled round the output rows and accept counts."""
+    requests = [
+        (r.rid, *request_anchor(r.output_ids), keep) for r, keep in zip(batch.reqs, live, strict=True)
+    ]
+    if not sampled:
+        return requests, committed, None, None, None
+    capped = getattr(result, "block_accept_lens", None)
+    block = None if capped is None else capped.tolist()
+    return requests, committed, result.next_token_ids.tolist(), result.accept_lens.tolist(), block
 
 
 # ------------------------------------------------------------------ the arms

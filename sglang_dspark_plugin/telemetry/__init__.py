@@ -1,4 +1,4 @@
-"""Accept-length telemetry: one record per verify round, a periodic summary, metrics and an alarm.
+"""Accept-length telemetry: per-round counts and line, a periodic summary, metrics and an alarm.
 
 A wrong harvest convention never crashes anything: acceptance just collapses toward 1.0. This package
 is how a served run notices. The sglang plugin calls ``AcceptTelemetry.on_verify_complete`` from the
@@ -8,7 +8,7 @@ on the host (no device synchronisation); the reference engine feeds it the same 
 One idea per module:
 
 * ``counts``: ``AcceptCounts``, request-rounds by accepted-draft count (the histogram), the totals,
-  the last rounds' ``RoundRecord``s, and the per-position rates and mean derived from them;
+  and the per-position rates and mean derived from them (no round is kept);
 * ``alarm``: the ``RollingAlarm`` over the last rounds and its message;
 * ``metrics``: ``PrometheusMetrics`` (``prometheus_client`` imported lazily, only when asked for);
 * ``settings``: ``TelemetrySettings`` and the ``MEMRA_DSPARK_*`` variables it is read from;
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from .accept import AcceptTelemetry
 from .alarm import Alarm, RollingAlarm
-from .counts import ACCEPT_LENGTH_DEFINITION, AcceptCounts, RoundRecord
+from .counts import ACCEPT_LENGTH_DEFINITION, AcceptCounts
 from .deferred import DEFER_ROUNDS, DeferredRounds
 from .hostcost import HostCost, PluginWork
 from .metrics import PrometheusMetrics
@@ -45,6 +45,5 @@ __all__ = [
     "PluginWork",
     "PrometheusMetrics",
     "RollingAlarm",
-    "RoundRecord",
     "TelemetrySettings",
 ]

@@ -16,7 +16,7 @@ from ..logsafe import safe_logger
 from ..reprs import short
 from ..validation import is_int, require_type
 from .alarm import RollingAlarm
-from .counts import AcceptCounts, RoundRecord
+from .counts import AcceptCounts
 from .logline import RoundLineEmitter
 from .metrics import PrometheusMetrics
 from .settings import ACCEPT_LOGGER, TelemetrySettings, level_name
@@ -64,10 +64,10 @@ class AcceptTelemetry:
         self.dp_rank = dp_rank
         self.tag = f"{self.harvest}({source})"
         self.dp_tag = "" if dp_rank is None else f" dp={dp_rank}"  # every line's: each DP group logs its own
-        self.counts = AcceptCounts(gamma, s.record_capacity)
+        self.counts = AcceptCounts(gamma)
         self.alarm = RollingAlarm(gamma, s, harvest, source, evidence, self.dp_tag, probe)
         self._clock = clock if clock is not None else time.monotonic
-        self._text = [str(n) for n in range(gamma + 2)]  # an accept length as the per-round line writes it
+        self._text = [str(n + 1) for n in range(gamma + 1)]  # count n's accept length, as the line writes it
         self._line = RoundLineEmitter(AcceptTelemetry.on_verify_complete)
         self._round = 0  # every call, valid or not: the round index
         self._invalid_reported = False
@@ -91,31 +91,31 @@ class AcceptTelemetry:
         r, options = resolution, {"dp_rank": dp_rank, "probe": probe}
         return cls(gamma, r.harvest, r.source, r.evidence, settings, metrics, clock, **options)
 
-    def on_verify_complete(self, counts: Sequence[int], at: float | None = None) -> RoundRecord:
-        """Record one verify round from the per-request accepted-draft counts (host ints, no sync);
-        ``at``: the round's ``time.time()`` where it is recorded later (``DeferredRounds``).
+    def on_verify_complete(self, counts: Sequence[int], at: float | None = None) -> bool:
+        """Count one verify round from the per-request accepted-draft counts (host ints, no sync);
+        ``at``: the round's ``time.time()`` where it is counted later (``DeferredRounds``). Returns
+        False for a round left out of the statistics.
 
         Counts outside [0, gamma] mean the scheduler's verify width disagrees with this geometry: the
         round is logged at ERROR (once) and kept out of the statistics; serving is never interrupted.
         """
         index = self._round = self._round + 1
-        record = self.counts.add(index, counts)
-        if record.batch_size == 0:
-            return record
+        bs = len(counts)
+        if bs == 0:
+            return True
         if self._t0 is None:
             self._t0 = self._clock()
-        if not record.valid:
+        if not self.counts.add(counts):
             self._invalid_round(index, counts)
-            return record
+            return False
         # the per-round line
         level = self.settings.accept_log_level
         if level is not None and self.logger.isEnabledFor(level):
             text = self._text
-            accept_len = ",".join([text[n] for n in record.accept_lengths])
-            message = f"dspark accept round={index} bs={record.batch_size} accept_len=[{accept_len}] "
-            self._line.emit(
-                self.logger, level, f"{message}mean={record.mean:.2f} harvest={self.tag}{self.dp_tag}", at
-            )
+            accept_len = ",".join([text[n] for n in counts])
+            message = f"dspark accept round={index} bs={bs} accept_len=[{accept_len}] "
+            line = f"{message}mean={1.0 + sum(counts) / bs:.2f} harvest={self.tag}{self.dp_tag}"
+            self._line.emit(self.logger, level, line, at)
         # the rolling alarm
         if self.alarm.on and (alarm := self.alarm.observe(self.counts, index)) is not None:
             self.logger.warning("%s", alarm.message)
@@ -125,7 +125,7 @@ class AcceptTelemetry:
         # the metrics
         if self.metrics is not None:
             self.metrics.maybe_sync(self.counts, self.alarm.fired, self._probe_counts())
-        return record
+        return True
 
     def _invalid_round(self, index: int, counts: Sequence[Any]) -> None:
         """The ERROR line for the first round with a count (the first offenders) outside [0, gamma]."""

@@ -1,5 +1,6 @@
-"""The accept counter: request-rounds by accepted-draft count (gpt-fast's ``accept_counts``), the
-totals, and the records of the last rounds; the per-position rates and the mean are derived from it.
+"""The accept counter: request-rounds by accepted-draft count (gpt-fast's ``accept_counts``) and the
+totals; the per-position rates and the mean are derived from it. No round is kept: a round costs a
+few integer adds per request.
 
 Conventions (the same as sglang's and vLLM's):
 
@@ -10,10 +11,7 @@ Conventions (the same as sglang's and vLLM's):
 
 from __future__ import annotations
 
-import math
-from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 ACCEPT_LENGTH_DEFINITION = (
@@ -28,76 +26,45 @@ figure (completion tokens / verify rounds: capped by the budget, counts the pref
 reports it as ``sglang_meta_accept_length``."""
 
 
-@dataclass(slots=True)
-class RoundRecord:
-    """One verify round: per-request accept lengths (accepted drafts + 1) and their mean."""
-
-    round_index: int
-    batch_size: int
-    accept_lengths: list[int]
-    mean: float
-    valid: bool = True  # False when a count was outside [0, gamma]; such rounds stay out of the counts
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON-able form (an invalid round's mean is ``None``: NaN is not JSON)."""
-        return {
-            "round_index": self.round_index,
-            "batch_size": self.batch_size,
-            "accept_lengths": list(self.accept_lengths),
-            "mean": self.mean if self.valid else None,
-            "valid": self.valid,
-        }
-
-
 class AcceptCounts:
     """``hist[n]``: request-rounds in which exactly ``n`` of the ``gamma`` drafts were accepted.
 
     ``rounds``, ``request_rounds`` and ``accepted_drafts`` count the valid rounds (``request_rounds`` is
     ``sum(hist)`` and ``accepted_drafts`` is ``sum(n * hist[n])``, kept as totals so that a round costs
-    no pass over the histogram); ``records`` holds the last ``record_capacity`` rounds, valid or not.
+    no pass over the histogram).
     """
 
-    def __init__(self, gamma: int, record_capacity: int) -> None:
+    def __init__(self, gamma: int) -> None:
         self.gamma = gamma
         self.hist = [0] * (gamma + 1)
         self.rounds = 0  # valid rounds (in the counts)
         self.request_rounds = 0
         self.accepted_drafts = 0  # bonus tokens not included
         self.invalid_rounds = 0  # rounds with a count outside [0, gamma], left out of the counts
-        self.records: deque[RoundRecord] = deque(maxlen=record_capacity)
-        self._length = list(range(1, gamma + 2))  # count n -> accept length n + 1, for n in 0..gamma
 
-    def add(self, index: int, counts: Sequence[Any]) -> RoundRecord:
-        """Count round ``index`` from its per-request accepted-draft counts, and keep its record.
-
-        An empty round is kept but not counted; so is a round with a count that is not an integer in
-        [0, gamma] (its record has ``valid=False``, and ``invalid_rounds`` counts it).
-        """
+    def add(self, counts: Sequence[Any]) -> bool:
+        """Count one round from its per-request accepted-draft counts; False (and nothing counted but
+        ``invalid_rounds``) when a count is not an integer in [0, gamma]. An empty round counts nothing."""
         if len(counts) == 0:
-            return self._keep(RoundRecord(index, 0, [], 0.0))
-        try:
-            # Indexing refuses a non-integer (TypeError) and a count above gamma (IndexError); min() a
-            # negative one, which would index from the end.
-            lengths = [self._length[n] for n in counts] if min(counts) >= 0 else None
-        except (TypeError, IndexError, ValueError):
-            lengths = None
-        if lengths is None:
-            self.invalid_rounds += 1
-            seen = [n + 1 if isinstance(n, int) else -1 for n in counts]
-            return self._keep(RoundRecord(index, len(seen), seen, math.nan, valid=False))
+            return True
         hist = self.hist
-        for n in counts:
-            hist[n] += 1
-        bs = len(lengths)
-        accepted = sum(lengths) - bs
+        done = 0
+        try:
+            if min(counts) < 0:  # a negative count would index from the end
+                raise ValueError
+            for n in counts:  # indexing refuses a non-integer (TypeError) and a count above gamma
+                hist[n] += 1
+                done += 1
+            accepted = int(sum(counts))  # a numpy integer total would not be JSON-able
+        except (TypeError, IndexError, ValueError):
+            for n in counts[:done]:  # undo the counts of this round made before the bad one
+                hist[n] -= 1
+            self.invalid_rounds += 1
+            return False
         self.rounds += 1
-        self.request_rounds += bs
+        self.request_rounds += len(counts)
         self.accepted_drafts += accepted
-        return self._keep(RoundRecord(index, bs, lengths, 1.0 + accepted / bs))
-
-    def _keep(self, record: RoundRecord) -> RoundRecord:
-        self.records.append(record)
-        return record
+        return True
 
     def accepted_per_position(self) -> list[int]:
         """Request-rounds in which draft position k (k = 1..gamma) was accepted: those with count >= k."""
@@ -121,4 +88,4 @@ class AcceptCounts:
         return 1.0 + self.accepted_drafts / self.request_rounds
 
 
-__all__ = ["ACCEPT_LENGTH_DEFINITION", "RoundRecord", "AcceptCounts"]
+__all__ = ["ACCEPT_LENGTH_DEFINITION", "AcceptCounts"]

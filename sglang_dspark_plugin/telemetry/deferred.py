@@ -23,6 +23,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..live_probe import observe_round
+from .settings import DEFAULT_DEFER_ROUNDS
 
 if TYPE_CHECKING:
     from ..live_probe import LiveProbe
@@ -37,8 +38,9 @@ RoundSnapshot = tuple[
 ]
 """One round as ``live_probe.observe_round`` takes it, after the probe."""
 
-DEFER_ROUNDS = 8
-"""Verify rounds queued before the queue runs (a finished request runs it sooner)."""
+DEFER_ROUNDS = DEFAULT_DEFER_ROUNDS
+"""Verify rounds queued before the queue runs (a finished request runs it sooner); a server takes
+``MEMRA_DSPARK_DEFER_ROUNDS`` (``TelemetrySettings.defer_rounds``)."""
 
 _VERIFY, _PROBE, _FINISH = 0, 1, 2
 
@@ -80,11 +82,12 @@ class DeferredRounds:
         if self._rounds >= self.every:
             self.run()
 
-    def probe_round(self, read: Callable[[bool], RoundSnapshot]) -> bool:
-        """The probe's part of the next round: ``read(sampled)`` gives the round's snapshot as
+    def probe_round(self, read: Callable[..., RoundSnapshot], *args: Any) -> bool:
+        """The probe's part of the next round: ``read(sampled, *args)`` gives the round's snapshot as
         ``observe_round`` takes it (``requests, committed, rows, accept, block``; the rows, accept and
-        block counts only where ``sampled``), called only where the probe needs the requests. Returns
-        whether the round is sampled."""
+        block counts only where ``sampled``), called only where the probe needs the requests (a
+        function and its arguments, not a closure: nothing is built for a round the probe skips).
+        Returns whether the round is sampled."""
         probe = self.probe
         if probe is None:
             return False
@@ -92,7 +95,7 @@ class DeferredRounds:
         self._probe_index += 1
         self._sampled_queued |= sampled
         needed = sampled or self._sampled_queued or probe.tracking
-        self._ops.append((_PROBE, (self._alarm_low, read(sampled) if needed else None)))
+        self._ops.append((_PROBE, (self._alarm_low, read(sampled, *args) if needed else None)))
         return sampled
 
     def finish(self, rid: Hashable) -> None:

@@ -28,9 +28,7 @@ DEFAULT_ALARM_THRESHOLD: float = table.ALARM_THRESHOLD.default
 DEFAULT_ALARM_WARMUP: int = table.ALARM_WARMUP.default
 # 500 rounds: enough request-rounds for a stable mean, and at most one WARNING every ~5-15 s of decoding.
 DEFAULT_ALARM_WINDOW: int = table.ALARM_WINDOW.default
-# Bounded memory: the last 1024 round records (a few hundred KB at batch 64).
-DEFAULT_RECORD_CAPACITY = 1024
-MAX_RECORD_CAPACITY = 1 << 20
+DEFAULT_DEFER_ROUNDS: int = table.DEFER_ROUNDS.default
 
 
 def level_name(level: int | None) -> str:
@@ -51,7 +49,7 @@ class TelemetrySettings:
     alarm_threshold: float = DEFAULT_ALARM_THRESHOLD  # rolling mean accept length below this alarms
     alarm_warmup: int = DEFAULT_ALARM_WARMUP  # rounds ignored before the rolling window starts
     alarm_window: int = DEFAULT_ALARM_WINDOW  # rolling window in rounds; at most one alarm per window
-    record_capacity: int = DEFAULT_RECORD_CAPACITY  # round records kept (a ring buffer)
+    defer_rounds: int = DEFAULT_DEFER_ROUNDS  # rounds queued before the round steps run (1: none)
     host_timing: bool = False  # time the plugin's own host work per round (``HostCost``)
     sync_debug: bool = False  # the plugin's per-round work under CUDA's sync debug mode "error"
 
@@ -79,11 +77,7 @@ class TelemetrySettings:
             ),
             ("alarm_warmup", _int_field(self.alarm_warmup, 0, 10**9), "an integer 0..10**9"),
             ("alarm_window", _int_field(self.alarm_window, 1, 100_000), "an integer 1..100000"),
-            (
-                "record_capacity",
-                _int_field(self.record_capacity, 1, MAX_RECORD_CAPACITY),
-                f"an integer 1..{MAX_RECORD_CAPACITY}",
-            ),
+            ("defer_rounds", _int_field(self.defer_rounds, 1, 1024), "an integer 1..1024"),
             ("host_timing", isinstance(self.host_timing, bool), "True or False"),
             ("sync_debug", isinstance(self.sync_debug, bool), "True or False"),
         )
@@ -102,6 +96,7 @@ class TelemetrySettings:
             "alarm_threshold": table.ALARM_THRESHOLD,
             "alarm_warmup": table.ALARM_WARMUP,
             "alarm_window": table.ALARM_WINDOW,
+            "defer_rounds": table.DEFER_ROUNDS,
             "host_timing": table.HOST_TIMING,
             "sync_debug": table.SYNC_DEBUG,
         }
@@ -115,7 +110,7 @@ class TelemetrySettings:
             "alarm_threshold": self.alarm_threshold,
             "alarm_warmup": self.alarm_warmup,
             "alarm_window": self.alarm_window,
-            "record_capacity": self.record_capacity,
+            "defer_rounds": self.defer_rounds,
             "host_timing": self.host_timing,
             "sync_debug": self.sync_debug,
         }
@@ -128,7 +123,6 @@ __all__ = [
     "DEFAULT_ALARM_THRESHOLD",
     "DEFAULT_ALARM_WARMUP",
     "DEFAULT_ALARM_WINDOW",
-    "DEFAULT_RECORD_CAPACITY",
     "TelemetrySettings",
     "level_name",
 ]

@@ -204,3 +204,27 @@ def test_launch_server_discovers_the_plugin_and_serves_http(drafters, prompts, g
     assert answer["meta_info"]["spec_verify_ct"] < sc.MAX_NEW_TOKENS  # drafts were accepted
     assert "DSPARK_HARVEST: harvest=dflash" in log  # the plugin's startup line, from the entry point
     assert "dspark accept round=" in log  # per-round telemetry from the scheduler process
+    _report_reads_the_real_log(log, answer["meta_info"]["spec_verify_ct"])
+
+
+def _report_reads_the_real_log(log: str, verify_rounds: int) -> None:
+    """``dspark-harvest report`` on the real server's log, in sglang's own line format: every line of
+    the plugin's parsed (none malformed), the gamma of the launch's manifest, every round counted."""
+    import json
+    import tempfile
+
+    from sglang_dspark_plugin.logreport import read_logs
+
+    manifest = json.loads(log.split("geometry manifest: ", 1)[1].split("\n", 1)[0])
+
+    with tempfile.NamedTemporaryFile("w", suffix=".log") as file:
+        file.write(log)
+        file.flush()
+        report = read_logs([file.name]).to_json()
+    assert report["malformed"] == 0 and report["plugin_lines"] > 0, report
+    (group,) = report["groups"]
+    assert group["gamma"] == manifest["gamma"] and group["gamma_from"] == "startup line"
+    assert group["harvest"] == "dflash"
+    assert group["rounds"] == log.count("dspark accept round=") and group["rejected_lines"] == 0
+    assert group["request_rounds"] >= verify_rounds  # sglang's own warm-up request is counted too
+    assert report["verdict"] == "healthy"

@@ -1,0 +1,101 @@
+"""How fast ``dspark-harvest report`` reads a log: writes a synthetic server log of the given size (the
+plugin's per-round lines at batch 1-16 between sglang's own lines, a summary every 100 rounds, a request
+log line imitating the plugin's every 1000), then times ``read_logs`` on it, repeated; prints MB/s and
+the time for 1 GB with the spread over the repeats. Peak memory is printed too (``ru_maxrss``).
+
+    python scripts/bench_report.py                # 256 MB, 3 repeats
+    python scripts/bench_report.py --mb 1024 --repeats 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from sglang_dspark_plugin.logreport import read_logs  # noqa: E402
+
+PREFIX = "[2026-12-03 10:00:00 TP0] "
+SGLANG = (
+    PREFIX + "Decode batch, #running-req: 12, #token: 30412, token usage: 0.12, accept len: 2.91, "
+    "gen throughput (token/s): 812.33, #queue-req: 0\n"
+)
+QUOTED = (
+    PREFIX + "Receive: obj=GenerateReqInput(text='dspark accept round=1 bs=1 accept_len=[1] mean=1.00 "
+    "harvest=dspark(census)')\n"
+)
+
+
+def write_log(path: Path, megabytes: int, gamma: int = 7) -> int:
+    """A synthetic log of about ``megabytes`` MB; returns the number of per-round lines."""
+    rng = random.Random(0)
+    target, size, rounds = megabytes * 1024 * 1024, 0, 0
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(
+            PREFIX + f"dspark accept telemetry: harvest=dspark(census) gamma={gamma} per_round_level=INFO "
+            "summary_every=100 alarm=mean<1.60 over 500 rounds after 500 metrics=on\n"
+        )
+        chunk: list[str] = []
+        while size < target:
+            rounds += 1
+            lengths = [rng.randint(1, gamma + 1) for _ in range(rng.randint(1, 16))]
+            mean = sum(lengths) / len(lengths)
+            chunk.append(
+                f"{PREFIX}dspark accept round={rounds} bs={len(lengths)} "
+                f"accept_len=[{','.join(map(str, lengths))}] mean={mean:.2f} harvest=dspark(census)\n"
+            )
+            if rounds % 40 == 0:
+                chunk.append(SGLANG)
+            if rounds % 1000 == 0:
+                chunk.append(QUOTED)
+            if len(chunk) >= 10_000:
+                text = "".join(chunk)
+                out.write(text)
+                size += len(text)
+                chunk = []
+        out.write("".join(chunk))
+    return rounds
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--mb", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "server.log"
+        rounds = write_log(path, args.mb)
+        mb = os.path.getsize(path) / 1e6
+        times = []
+        for _ in range(args.repeats):
+            start = time.perf_counter()
+            report = read_logs([str(path)])
+            times.append(time.perf_counter() - start)
+        group = report.to_json()["groups"][0]
+        assert group["rounds"] == rounds, (group["rounds"], rounds)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    mean = statistics.mean(times)
+    spread = statistics.stdev(times) if len(times) > 1 else 0.0
+    print(f"log: {mb:.0f} MB, {report.lines} lines, {rounds} per-round lines")
+    print(
+        f"read_logs: {mean:.2f} s +- {spread:.2f} s over {len(times)} repeats "
+        f"({min(times):.2f}..{max(times):.2f})"
+    )
+    print(f"throughput: {mb / mean:.1f} MB/s; 1 GB (1000 MB) in {1000 / (mb / mean):.1f} s")
+    print(f"peak memory (this process, log writer included): {rss:.0f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,244 @@
+"""One attention-DP group's rounds, replayed from its lines through the telemetry's own counter and alarm.
+
+The report reaches no verdict from what a line *says* it concluded: the accept length, the per-position
+rates and the collapse come from the per-round lines, counted by ``AcceptCounts`` and watched by
+``RollingAlarm`` with the settings of the group's startup line (the same rule the server ran); a probe
+verdict counts only when ``live_verdict.decide`` reaches the same message from the rates and the count
+the line states (``confirmed``). Without per-round lines (their level set off), the summary lines'
+numbers stand in. A per-round line whose list disagrees with its own ``bs`` or ``mean``, or holds an
+accept length outside 1..gamma+1, is rejected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..harvest import DsparkHarvest
+from ..live_verdict import decide
+from ..offsets import ProbeCounts
+from ..telemetry.alarm import RollingAlarm
+from ..telemetry.counts import AcceptCounts
+from ..telemetry.settings import TelemetrySettings
+from .lines import Line
+
+MAX_PENDING = 100_000
+"""Per-round lines held while a group's gamma is unknown (a log that starts after the startup line)."""
+TIME_BINS = 40
+INFERRED = "inferred: the longest accept length seen, minus one (a lower bound)"
+
+
+class Timeline:
+    """Accept length over the rounds, in at most ``2 * TIME_BINS`` bins of equal width (doubled, and
+    neighbours merged, whenever they fill up): bounded memory for a log of any length."""
+
+    def __init__(self) -> None:
+        self.width = 1
+        self.bins: list[list[int]] = []  # [first round ordinal, request-rounds, tokens]
+
+    def add(self, ordinal: int, requests: int, tokens: int) -> None:
+        """One round (its ordinal in the group, 1-based): ``requests`` request-rounds, ``tokens`` accepted
+        tokens (bonus included)."""
+        if self.bins and ordinal - self.bins[-1][0] < self.width:
+            last = self.bins[-1]
+            last[1] += requests
+            last[2] += tokens
+            return
+        self.bins.append([ordinal, requests, tokens])
+        if len(self.bins) >= 2 * TIME_BINS:
+            self.width *= 2
+            merged = [self.bins[i] for i in range(0, len(self.bins), 2)]
+            for i, b in enumerate(merged):
+                if 2 * i + 1 < len(self.bins):
+                    b[1] += self.bins[2 * i + 1][1]
+                    b[2] += self.bins[2 * i + 1][2]
+            self.bins = merged
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """``[{round, request_rounds, mean_accept_length}]`` (round: the bin's first), oldest first."""
+        return [
+            {"round": b[0], "request_rounds": b[1], "mean_accept_length": b[2] / b[1]}
+            for b in self.bins
+            if b[1]
+        ]
+
+
+@dataclass
+class Group:
+    """What one group's lines add up to."""
+
+    dp: int | None
+    harvest: str | None = None
+    source: str | None = None
+    gamma: int | None = None
+    gamma_from: str | None = None  # "startup line", "summary line" or INFERRED
+    settings: TelemetrySettings = field(default_factory=TelemetrySettings)
+    counts: AcceptCounts | None = None
+    alarm: RollingAlarm | None = None
+    pending: list[tuple[int, list[int]]] = field(default_factory=list)
+    timeline: Timeline = field(default_factory=Timeline)
+    summaries: list[tuple[int, float]] = field(default_factory=list)  # (rounds, mean since the last)
+    last_round: int = 0
+    fresh: bool = False
+    restarts: int = 0
+    rejected: int = 0
+    replayed_alarms: list[int] = field(default_factory=list)  # ordinal of the round each fired at
+    alarms_this_run: int = 0  # replayed since the last restart
+    logged_alarms: list[dict[str, Any]] = field(default_factory=list)
+    probes: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] | None = None
+    host_cost: list[float] = field(default_factory=list)
+    geometry_errors: int = 0
+
+    # ------------------------------------------------------------------ feeding lines
+
+    def feed(self, line: Line) -> None:
+        """Take one trusted line of this group's."""
+        getattr(self, f"_{line.kind}")(line)
+
+    def _tag(self, f: dict[str, str]) -> None:
+        self.harvest, self.source = f.get("harvest", self.harvest), f.get("source", self.source)
+
+    def _startup(self, line: Line) -> None:
+        f = line.fields
+        self._tag(f)
+        self.settings = TelemetrySettings()  # the server's alarm was off: the report judges by the default
+        if "threshold" in f:
+            self.settings = TelemetrySettings(
+                alarm_threshold=float(f["threshold"]),
+                alarm_window=max(1, int(f["window"])),
+                alarm_warmup=int(f["warmup"]),
+            )
+        if self.counts is not None:  # a new process: the alarm starts over; the counts go on
+            self._restart()
+        self._set_gamma(int(f["gamma"]), "startup line")
+
+    def _summary(self, line: Line) -> None:
+        f = line.fields
+        self._tag(f)
+        self.summary = {
+            "rounds": int(f["rounds"]),
+            "request_rounds": int(f["reqs"]),
+            "mean_accept_length": _number(f["mean"]),
+            "window_mean": _number(f["window"]),
+            "last": _number(f["last"]),
+            "per_position": [float(r) for r in f["rates"].split(",") if r],
+            "alarms": int(f["alarms"]),
+            "probe": f.get("probe"),
+        }
+        if self.summary["last"] is not None and len(self.summaries) < MAX_PENDING:
+            self.summaries.append((self.summary["rounds"], self.summary["last"]))
+        self._set_gamma(int(f["gamma"]), "summary line")
+
+    def _round(self, line: Line) -> None:
+        f = line.fields
+        self.round(int(f["round"]), f["lengths"], int(f["bs"]), float(f["mean"]), f["harvest"], f["source"])
+
+    def round(self, index: int, listed: str, bs: int, mean: float, harvest: str, source: str) -> None:
+        """One per-round line's fields (the reader's fast path calls this directly)."""
+        lengths = list(map(int, listed.split(","))) if listed else []
+        if len(lengths) != bs or not lengths or min(lengths) < 1 or abs(sum(lengths) / bs - mean) > 0.0051:
+            self.rejected += 1
+            return
+        self.harvest, self.source = harvest, source
+        if index <= self.last_round and self.counts is not None and not self.fresh:
+            self._restart()
+        self.fresh = False
+        self.last_round = index
+        if self.counts is None:
+            self.pending.append((index, lengths))
+            if len(self.pending) >= MAX_PENDING:
+                self._set_gamma(max(max(ls) for _, ls in self.pending) - 1, INFERRED)
+            return
+        self._count(lengths)
+
+    def _count(self, lengths: list[int]) -> None:
+        counts = self.counts
+        assert counts is not None and self.alarm is not None
+        if not counts.add([n - 1 for n in lengths]):  # an accept length above gamma + 1
+            counts.invalid_rounds -= 1  # not the server's: a line the report rejects
+            self.rejected += 1
+            return
+        self.timeline.add(counts.rounds, len(lengths), sum(lengths))
+        if self.alarm.observe(counts, counts.rounds) is not None:
+            self.replayed_alarms.append(counts.rounds)
+            self.alarms_this_run += 1
+
+    def _alarm(self, line: Line) -> None:
+        f = line.fields
+        rest = f["rest"]
+        cut = max(rest.find(k) for k in ("Likely cause", "Measured cause", "Measured (", "Cause not"))
+        self.logged_alarms.append(
+            {
+                "file": line.file,
+                "line": line.number,
+                "time": line.time,
+                "window_mean": float(f["mean"]),
+                "threshold": float(f["threshold"]),
+                "cause": rest[cut:] if cut >= 0 else rest,
+            }
+        )
+
+    def _probe(self, line: Line) -> None:
+        f = line.fields
+        entry: dict[str, Any] = {"file": line.file, "line": line.number, "message": f["message"]}
+        entry["kind"], entry["confirmed"] = self._confirm(f)
+        self.probes.append(entry)
+
+    def _confirm(self, f: dict[str, str]) -> tuple[str | None, bool]:
+        """The kind ``decide`` reaches from the line's own numbers, and whether it writes the same
+        message (``None``, False: the group's harvest is unknown, so nothing can be confirmed)."""
+        if self.harvest is None:
+            return None, False
+        n = int(f["scored"])
+        own, late, early = (round(float(f[k]) * n) for k in ("own", "late", "early"))
+        harvest = DsparkHarvest.from_name(self.harvest) or DsparkHarvest.DFLASH  # the grammar's two names
+        found = decide(ProbeCounts(own, late, early, n, n, n), harvest)
+        return found.kind, found.message == f["message"]
+
+    def _host_cost(self, line: Line) -> None:
+        self.host_cost.append(float(line.fields["fraction"]))
+
+    def _geometry(self, line: Line) -> None:
+        self.geometry_errors += 1
+
+    # ------------------------------------------------------------------ the gamma, once known
+
+    def _set_gamma(self, gamma: int, where: str) -> None:
+        if self.counts is not None or not 1 <= gamma <= 1024:
+            return
+        self.gamma, self.gamma_from = gamma, where
+        self.counts = AcceptCounts(gamma)
+        self.alarm = self._new_alarm()
+        pending, self.pending = self.pending, []
+        for _, lengths in pending:
+            self._count(lengths)
+
+    def _restart(self) -> None:
+        self.restarts += 1
+        self.alarm = self._new_alarm()
+        self.alarms_this_run = 0
+        self.fresh = True  # the startup line came first: the next round starts the new run
+
+    def _new_alarm(self) -> RollingAlarm:
+        """The server's alarm rule on this group's settings (an alarm the server had off: the default
+        threshold, so the report still judges the rounds)."""
+        settings = self.settings
+        if settings.alarm_threshold <= 0:
+            settings = TelemetrySettings(
+                alarm_window=settings.alarm_window, alarm_warmup=settings.alarm_warmup
+            )
+        harvest = DsparkHarvest.from_name(self.harvest or "dflash") or DsparkHarvest.DFLASH
+        return RollingAlarm(self.gamma or 1, settings, harvest, self.source or "default", (), "")
+
+    def close(self) -> None:
+        """The end of the log: a group whose gamma never showed takes the longest accept length seen."""
+        if self.counts is None and self.pending:
+            self._set_gamma(max(max(ls) for _, ls in self.pending) - 1, INFERRED)
+
+
+def _number(text: str) -> float | None:
+    return None if text == "n/a" else float(text)
+
+
+__all__ = ["Group", "Timeline", "TIME_BINS", "MAX_PENDING"]

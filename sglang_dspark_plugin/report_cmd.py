@@ -1,0 +1,67 @@
+"""``dspark-harvest report LOG [LOG ...]``: what a server's log says about the plugin's rounds
+(``logreport``), with exit codes a pipeline can gate on."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from .commands import add_command, emit, refuse
+from .errors import DsparkHarvestError, UsageError
+
+EPILOG = """examples:
+  dspark-harvest report server.log                    the rounds, the alarms, the probe, a verdict
+  dspark-harvest report server.log.1.gz server.log    rotated files, oldest first
+  journalctl -u sglang | dspark-harvest report - --json
+  dspark-harvest report server.log --plot report.png  accept length over time, per position
+
+exit codes: 0 healthy; 3 the live probe measured drafts off their positions (a harvest mismatch);
+5 acceptance collapsed with no misalignment measured (the drafter, the workload); 2 unreadable (a file
+that cannot be read, or no line of the plugin's at all).
+"""
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``report`` on the ``dspark-harvest`` subparsers."""
+    parser = add_command(
+        subparsers,
+        "report",
+        help="read a server log's DSPARK_HARVEST lines: accept length over time, alarms, probe, verdict",
+        description=(
+            "Stream one or more server logs (- for stdin, .gz read through gzip, rotated files oldest first) "
+            "and report, per attention-DP group, the rounds the plugin logged: accept length over time and "
+            "per position, every alarm with its cause, the live probe's verdicts, and a verdict reached from "
+            "the rounds themselves (the server's alarm rule replayed), never from what a line claims."
+        ),
+        run=run,
+        epilog=EPILOG,
+    )
+    parser.add_argument("logs", nargs="+", metavar="LOG", help="a server log file, or - for stdin")
+    parser.add_argument("--plot", metavar="FILE.png", help="also draw the report (needs matplotlib)")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Read, print, plot; the exit code is the verdict's."""
+    from .logreport import read_logs
+    from .logreport.render import plot, text
+
+    try:
+        report = read_logs(args.logs)
+        if report.plugin_lines == 0:
+            raise UsageError(
+                f"no line of the plugin's in {report.lines} lines: was the server launched with "
+                "--speculative-algorithm DSPARK_HARVEST, and its log level INFO or lower?",
+                where=", ".join(args.logs),
+            )
+        found = report.to_json()
+        if args.plot:
+            plot(found, args.plot)
+    except DsparkHarvestError as exc:
+        return refuse(exc, "report", args.json, sys.stdout if args.json else sys.stderr)
+    emit(sys.stdout, args.json, lambda: found, lambda: text(found))
+    return int(found["exit_code"])
+
+
+__all__ = ["add_parser", "run"]
