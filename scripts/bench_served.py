@@ -137,6 +137,7 @@ def measure_host(args: argparse.Namespace, prompts: list[list[int]], drafters: d
             "MEMRA_DSPARK_HOST_TIMING": "1",
             "MEMRA_DSPARK_SUMMARY_EVERY": str(args.window),
             "MEMRA_DSPARK_PROBE_ROUNDS": str(10**9),  # the probe samples every round: its worst case
+            "MEMRA_DSPARK_DEFER_ROUNDS": str(args.defer_rounds),
         }
         engine = {
             "model_path": str(sc_target()),
@@ -342,6 +343,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrent", action="store_true", help="end to end: send the prompts as one batch")
     p.add_argument("--batch-sizes", type=lambda t: [int(x) for x in t.split(",")], default=[1, 8, 64])
     p.add_argument("--window", type=int, default=20, help="rounds per host-cost window")
+    p.add_argument(
+        "--defer-rounds",
+        type=int,
+        default=8,
+        help="host cost: MEMRA_DSPARK_DEFER_ROUNDS of the server (1: every round's steps at once, no queue)",
+    )
     p.add_argument("--host-requests", type=int, default=64, help="requests served per batch size (at least)")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     args = p.parse_args(argv)

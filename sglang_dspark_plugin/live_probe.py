@@ -167,6 +167,7 @@ class LiveProbe:
         self.verdict: LiveVerdict | None = None  # the first decisive verdict
         self._sampled = False
         self._requests: dict[Hashable, _Request] = {}
+        self.swept = 0  # requests the stale sweep dropped: sglang never reported them finished
         self._matches = [0, 0, 0]  # by OFFSETS
         self._compared = [0, 0, 0]
         self._polled_at = 0  # drafts scored when poll last decided (it decides again only after more)
@@ -318,6 +319,7 @@ class LiveProbe:
 
     def _sweep(self) -> None:
         stale = [rid for rid, r in self._requests.items() if self.rounds - r.last_round > self.stale_rounds]
+        self.swept += len(stale)
         for rid in stale:
             self.finish(rid)
 

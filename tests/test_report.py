@@ -182,3 +182,14 @@ def test_the_grammar_trusts_a_prefix_only_without_quotes_and_within_its_length()
     assert classify(f"x='{text}'", "f", 1)[0] == "quoted"
     assert classify("a" * 201 + text, "f", 1)[0] == "quoted"
     assert classify(f"[t] {text} trailing", "f", 1)[0] == "malformed"
+
+
+def test_a_summary_with_the_live_state_is_read_and_reported():
+    summary = (
+        "[t] dspark accept summary rounds=100 request_rounds=300 mean_accept_len=2.50 last_100_rounds=2.50 "
+        "window_mean=n/a per_position=[0.80,0.40] harvest=dspark(census) gamma=2 rounds_per_s=9.0 alarms=0 "
+        "invalid_rounds=0 probe=matched held_requests=3 held_rounds=5 swept_requests=2 queued_steps=17 dp=1"
+    )
+    kind, line = classify(summary, "f", 1)
+    assert kind == "line" and line is not None and line.kind == "summary"
+    assert (line.fields["held"], line.fields["swept"], line.fields["queued"], line.dp) == ("3", "2", "17", 1)

@@ -166,3 +166,45 @@ def test_metrics_export_the_live_probes_matches_and_comparisons_per_offset():
     t.summary()  # only the increase since the last push is added
     assert value("dspark_harvest_probe_matches_total", {"offset": "own"}) == 4.0
     assert value("dspark_harvest_probe_compared_total", {"offset": "early"}) == 6.0
+
+
+def test_metrics_export_what_the_plugin_holds_and_what_its_sweep_dropped():
+    from sglang_dspark_plugin.live_probe import LiveProbe, ProbeSettings, VerifyRow
+
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(4, registry=registry, sync_every=1000, sync_interval_s=1e9)
+    probe = LiveProbe(DFLASH, ProbeSettings(rounds=10**9), stale_rounds=2)
+    t = AcceptTelemetry(4, DFLASH, "census", settings=QUIET, metrics=metrics, probe=probe)
+    value = registry.get_sample_value
+    probe.begin_round()
+    probe.observe("a", 3, 103, VerifyRow((104, 999, 107, 105), (104, 105)))
+    probe.observe("b", 3, 103, VerifyRow((104, 999, 107, 105), (104, 105)))
+    t.on_verify_complete([1, 1])
+    t.summary()
+    assert value("dspark_harvest_probe_requests_held") == 2.0
+    assert value("dspark_harvest_probe_swept_requests_total") == 0.0
+    probe.finish("a")
+    for _ in range(4):  # "b" is never reported finished: the sweep drops it after stale_rounds
+        probe.begin_round()
+    t.summary()
+    assert value("dspark_harvest_probe_requests_held") == 0.0  # back to 0: nothing leaks
+    assert value("dspark_harvest_probe_swept_requests_total") == 1.0
+    assert t.summary()["state"]["swept_requests"] == 1
+    assert value("dspark_harvest_queued_steps") == 0.0
+
+
+def test_the_held_gauge_follows_a_finished_request_on_an_idle_server():
+    from sglang_dspark_plugin.live_probe import LiveProbe, ProbeSettings, VerifyRow
+    from sglang_dspark_plugin.telemetry import DeferredRounds
+
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(4, registry=registry, sync_every=1000, sync_interval_s=1e9)
+    probe = LiveProbe(DFLASH, ProbeSettings(rounds=10**9))
+    t = AcceptTelemetry(4, DFLASH, "census", settings=QUIET, metrics=metrics, probe=probe)
+    rounds = DeferredRounds(t, probe, every=8)
+    probe.begin_round()
+    probe.observe("a", 3, 103, VerifyRow((104, 999, 107, 105), (104, 105)))
+    t.summary()
+    assert registry.get_sample_value("dspark_harvest_probe_requests_held") == 1.0
+    rounds.finish("a")  # the request's end, and no round after it: the gauge still reaches 0
+    assert registry.get_sample_value("dspark_harvest_probe_requests_held") == 0.0

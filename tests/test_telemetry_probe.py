@@ -86,8 +86,20 @@ def test_without_a_probe_the_alarm_keeps_its_guess() -> None:
 def test_the_summary_states_the_probe_verdict() -> None:
     t = telemetry_with(fed(+1))
     t.on_verify_complete([1, 2])
-    assert t.summary_line().endswith(" probe=late")
+    line = t.summary_line()
+    assert " probe=late held_requests=" in line
+    # the live state an operator watches for a leak ends the line, and the summary holds it
+    held_requests, held_rounds, _ = t.alarm.probe.held()
+    assert line.endswith(
+        f" held_requests={held_requests} held_rounds={held_rounds} swept_requests=0 queued_steps=0"
+    )
     assert t.summary()["probe"]["kind"] == "late"
+    assert t.summary()["state"] == {
+        "held_requests": held_requests,
+        "held_rounds": held_rounds,
+        "swept_requests": 0,
+        "queued_steps": 0,
+    }
     plain = telemetry_with(None)
     plain.on_verify_complete([1, 2])
     assert "probe" not in plain.summary() and "probe=" not in plain.summary_line()

@@ -125,6 +125,8 @@ class Group:
             "per_position": [float(r) for r in f["rates"].split(",") if r],
             "alarms": int(f["alarms"]),
             "probe": f.get("probe"),
+            "held_requests": int(f["held"]) if "held" in f else None,
+            "swept_requests": int(f["swept"]) if "swept" in f else None,
         }
         if self.summary["last"] is not None and len(self.summaries) < MAX_PENDING:
             self.summaries.append((self.summary["rounds"], self.summary["last"]))

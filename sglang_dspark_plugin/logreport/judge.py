@@ -100,6 +100,8 @@ def group_json(g: Group) -> dict[str, Any]:
         "alarms_logged": g.logged_alarms[-100:],
         "probe": g.probes[-20:],
         "host_cost_fraction": max(g.host_cost) if g.host_cost else None,
+        "held_requests_last": (g.summary or {}).get("held_requests"),
+        "swept_requests": (g.summary or {}).get("swept_requests"),
         "verdict": kind,
         "why": why,
     }

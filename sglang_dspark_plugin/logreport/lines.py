@@ -30,7 +30,9 @@ SUMMARY = re.compile(
     rf"mean_accept_len=(?P<mean>{_NUM}) last_(?P<last_n>\d{{1,15}})_rounds=(?P<last>{_NUM}) "
     rf"window_mean=(?P<window>{_NUM}) per_position=\[(?P<rates>[0-9.,]{{0,20000}})\] " + _TAG + r" "
     r"gamma=(?P<gamma>\d{1,4}) rounds_per_s=(?:n/a|[\d.]{1,20}) alarms=(?P<alarms>\d{1,12}) "
-    r"invalid_rounds=(?P<invalid>\d{1,15})(?: probe=(?P<probe>[a-z-]{1,20}))?" + _DP
+    r"invalid_rounds=(?P<invalid>\d{1,15})(?: probe=(?P<probe>[a-z-]{1,20}))?"
+    r"(?: held_requests=(?P<held>\d{1,12}) held_rounds=\d{1,12} swept_requests=(?P<swept>\d{1,15}) "
+    r"queued_steps=(?P<queued>\d{1,12}))?" + _DP
 )
 STARTUP = re.compile(
     _PREFIX + r"dspark accept telemetry: " + _TAG + r" gamma=(?P<gamma>\d{1,4}) "

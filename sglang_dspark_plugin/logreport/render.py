@@ -48,6 +48,11 @@ def _group(g: dict[str, Any]) -> list[str]:
     for p in g["probe"][-3:]:
         state = "confirmed" if p["confirmed"] else "NOT confirmed by its own numbers"
         out.append(f"  probe (line {p['line']}, {state}): {p['message']}")
+    if g["swept_requests"] is not None:
+        out.append(
+            f"  live state (last summary): {g['held_requests_last']} requests held by the probe, "
+            f"{g['swept_requests']} dropped by its stale sweep"
+        )
     if g["host_cost_fraction"] is not None:
         out.append(f"  host cost: at most {100 * g['host_cost_fraction']:.3f}% of a round")
     out.append(f"  verdict: {g['verdict']}: {g['why']}")

@@ -225,8 +225,8 @@ class _HarvestWorkerMixin:
         queued (``DeferredRounds``): each request's anchor and committed tokens, and the output rows
         on a sampled round only. No device work: sglang waited for its own copy before resolving."""
         rounds = self.dspark_rounds
-        if rounds is None or rounds.probe is None:
-            return
+        if rounds is None or rounds.probe is None or not any(live):
+            return  # a round of requests that had all finished: the telemetry skips it too
         work = self.dspark_work
         if work is NO_WORK:  # a normal server: no timer, no sync check on the round's path
             rounds.probe_round(_round_snapshot, batch, live, committed, result)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..draft_config import Signal
@@ -70,6 +71,7 @@ class AcceptTelemetry:
         self._text = [str(n + 1) for n in range(gamma + 1)]  # count n's accept length, as the line writes it
         self._line = RoundLineEmitter(AcceptTelemetry.on_verify_complete)
         self._round = 0  # every call, valid or not: the round index
+        self.queued_steps = 0  # the round steps the last run of the queue held (``DeferredRounds``)
         self._invalid_reported = False
         self._t0: float | None = None
         self._last_summary = (0, 0, 0)  # (rounds, request_rounds, accepted) at the previous summary
@@ -124,7 +126,7 @@ class AcceptTelemetry:
             self.log_summary()
         # the metrics
         if self.metrics is not None:
-            self.metrics.maybe_sync(self.counts, self.alarm.fired, self._probe_counts())
+            self.metrics.maybe_sync(self.counts, self.alarm.fired, self._probe_counts(), self.live_state)
         return True
 
     def _invalid_round(self, index: int, counts: Sequence[Any]) -> None:
@@ -156,8 +158,9 @@ class AcceptTelemetry:
     def summary(self) -> dict[str, Any]:
         """Everything so far, JSON-able (and the metrics pushed)."""
         c, alarm = self.counts, self.alarm
+        state = self.live_state()
         if self.metrics is not None:
-            self.metrics.sync(c, alarm.fired, self._probe_counts())
+            self.metrics.sync(c, alarm.fired, self._probe_counts(), state)
         return {
             "harvest": self.harvest,
             "source": self.source,
@@ -178,32 +181,27 @@ class AcceptTelemetry:
             "elapsed_s": self.elapsed(),
             "settings": self.settings.to_json(),
             **({} if self.alarm.probe is None else {"probe": self.alarm.probe.assessment().to_json()}),
+            **({} if state is None else {"state": state.to_json()}),
         }
 
     def summary_line(self) -> str:
-        """The periodic summary line: cumulative, and since the previous summary."""
-        c = self.counts
-        rounds0, reqs0, acc0 = self._last_summary
-        d_reqs = c.request_rounds - reqs0
-        interval = "n/a" if d_reqs == 0 else f"{1.0 + (c.accepted_drafts - acc0) / d_reqs:.2f}"
-        mean = c.mean_accept_length()
-        rates = c.per_position_rates() or []
-        window = self.alarm.window_mean()
-        elapsed = self.elapsed()
-        rps = "n/a" if not elapsed else f"{c.rounds / elapsed:.1f}"
-        return (
-            f"dspark accept summary rounds={c.rounds} request_rounds={c.request_rounds} "
-            f"mean_accept_len={'n/a' if mean is None else f'{mean:.2f}'} "
-            f"last_{c.rounds - rounds0}_rounds={interval} "
-            f"window_mean={'n/a' if window is None else f'{window:.2f}'} "
-            f"per_position=[{','.join(f'{r:.2f}' for r in rates)}] "
-            f"harvest={self.tag} gamma={self.gamma} rounds_per_s={rps} "
-            f"alarms={self.alarm.fired} invalid_rounds={c.invalid_rounds}{self._probe_tag()}{self.dp_tag}"
-        )
+        """The periodic summary line: cumulative, and since the previous summary (``summary_text``)."""
+        return summary_text(self)
 
-    def _probe_tag(self) -> str:
-        """`` probe=<kind>`` (the live probe's verdict so far) where a probe is attached."""
-        return "" if self.alarm.probe is None else f" probe={self.alarm.probe.assessment().kind}"
+    def sync_state(self) -> None:
+        """Push the live state to the metrics now (a request just finished: the gauges follow it)."""
+        state = self.live_state()
+        if self.metrics is not None and state is not None:
+            self.metrics.sync_state(state)
+
+    def live_state(self) -> LiveState | None:
+        """What the plugin holds now (the probe's requests and rounds, the queue), or ``None`` without a
+        live probe: the figures an operator watches for a leak (docs/telemetry.md)."""
+        probe = self.alarm.probe
+        if probe is None:
+            return None
+        requests, rounds, _tokens = probe.held()
+        return LiveState(requests, rounds, probe.swept, self.queued_steps)
 
     def log_summary(self) -> None:
         """Log the summary line at INFO (independent of the per-round level)."""
@@ -225,6 +223,51 @@ class AcceptTelemetry:
             f"per_round_level={level_name(s.accept_log_level)} summary_every={s.summary_every} "
             f"alarm={alarm} metrics={'on' if self.metrics is not None else 'off'}{self.dp_tag}"
         )
+
+
+@dataclass(frozen=True)
+class LiveState:
+    """What the plugin holds in a served engine: the live probe's requests and sampled rounds, the
+    requests its stale sweep dropped (a request sglang never reported finished), the steps the last
+    run of the round queue held. Healthy: held back to 0 when the server is idle, swept 0."""
+
+    held_requests: int
+    held_rounds: int
+    swept_requests: int
+    queued_steps: int
+
+    def to_json(self) -> dict[str, int]:
+        """The four figures by name."""
+        return dict(vars(self))
+
+    def tag(self) -> str:
+        """`` held_requests=R held_rounds=P swept_requests=S queued_steps=Q``, as the summary ends."""
+        return "".join(f" {k}={v}" for k, v in vars(self).items())
+
+
+def summary_text(t: AcceptTelemetry) -> str:
+    """``t``'s periodic summary line: cumulative, and since the previous summary."""
+    c = t.counts
+    rounds0, reqs0, acc0 = t._last_summary
+    d_reqs = c.request_rounds - reqs0
+    interval = "n/a" if d_reqs == 0 else f"{1.0 + (c.accepted_drafts - acc0) / d_reqs:.2f}"
+    mean = c.mean_accept_length()
+    rates = c.per_position_rates() or []
+    window = t.alarm.window_mean()
+    elapsed = t.elapsed()
+    rps = "n/a" if not elapsed else f"{c.rounds / elapsed:.1f}"
+    state, probe = t.live_state(), t.alarm.probe
+    probe_tag = "" if probe is None else f" probe={probe.assessment().kind}"  # its verdict so far
+    return (
+        f"dspark accept summary rounds={c.rounds} request_rounds={c.request_rounds} "
+        f"mean_accept_len={'n/a' if mean is None else f'{mean:.2f}'} "
+        f"last_{c.rounds - rounds0}_rounds={interval} "
+        f"window_mean={'n/a' if window is None else f'{window:.2f}'} "
+        f"per_position=[{','.join(f'{r:.2f}' for r in rates)}] "
+        f"harvest={t.tag} gamma={t.gamma} rounds_per_s={rps} "
+        f"alarms={t.alarm.fired} invalid_rounds={c.invalid_rounds}{probe_tag}"
+        f"{'' if state is None else state.tag()}{t.dp_tag}"
+    )
 
 
 def _check_arguments(gamma: object, harvest: object, *others: object) -> None:
@@ -287,4 +330,4 @@ def _checked_metrics(metrics: PrometheusMetrics | None, gamma: int) -> Prometheu
     return metrics
 
 
-__all__ = ["AcceptTelemetry"]
+__all__ = ["LiveState", "summary_text", "AcceptTelemetry"]

@@ -113,6 +113,8 @@ class DeferredRounds:
         """Run every queued step, in order."""
         ops, self._ops, self._rounds = self._ops, [], 0
         telemetry, probe = self.telemetry, self.probe
+        telemetry.queued_steps = len(ops)  # the live state the summary and the metrics report
+        kind = None
         try:
             for kind, arg in ops:
                 if kind == _VERIFY:
@@ -128,6 +130,8 @@ class DeferredRounds:
         finally:
             self._alarm_low = telemetry.alarm.low()
             self._sampled_queued = False
+            if kind == _FINISH and telemetry.metrics is not None:  # an idle server's gauges reach 0
+                telemetry.sync_state()
 
 
 __all__ = ["DEFER_ROUNDS", "DeferredRounds", "RoundSnapshot"]

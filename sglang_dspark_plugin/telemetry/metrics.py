@@ -22,6 +22,32 @@ PROBE_OFFSETS = ("own", "late", "early")
 _FAMILIES: dict[tuple[int, tuple[str, ...]], tuple[Any, dict[str, Any]]] = {}
 
 
+def _gauges(prometheus_client: Any, target: Any, labels: list[str]) -> dict[str, Any]:
+    """The harvest info, and what the plugin holds now (summed over the live scheduler processes)."""
+
+    def gauge(name: str, doc: str) -> Any:
+        return prometheus_client.Gauge(name, doc, labels, multiprocess_mode="livesum", registry=target)
+
+    return {
+        # A Gauge at 1, not an Info: sglang runs prometheus_client in multiprocess mode (no Info there).
+        "info": prometheus_client.Gauge(
+            "dspark_harvest_info",
+            "The harvest convention served and where it came from (value is always 1).",
+            [*labels, "harvest", "source"],
+            multiprocess_mode="max",
+            registry=target,
+        ),
+        "held": gauge(
+            "dspark_harvest_probe_requests_held", "Requests the live probe holds now (0 on an idle server)."
+        ),
+        "queued": gauge(
+            "dspark_harvest_queued_steps",
+            "Round steps the last run of the plugin's round queue held (bounded by 3 x "
+            "MEMRA_DSPARK_DEFER_ROUNDS plus finished requests).",
+        ),
+    }
+
+
 def _metric_families(prometheus_client: Any, registry: Any, names: tuple[str, ...]) -> dict[str, Any]:
     """The metric families of one registry, created once: a registry refuses a name registered twice."""
     target = prometheus_client.REGISTRY if registry is None else registry
@@ -64,14 +90,11 @@ def _metric_families(prometheus_client: Any, registry: Any, names: tuple[str, ..
                 ("offset",),
             ),
             "invalid": make("dspark_harvest_invalid_rounds", "Rounds with a count outside [0, gamma]."),
-            # A Gauge at 1, not an Info: sglang runs prometheus_client in multiprocess mode (no Info there).
-            "info": prometheus_client.Gauge(
-                "dspark_harvest_info",
-                "The harvest convention served and where it came from (value is always 1).",
-                [*labels, "harvest", "source"],
-                multiprocess_mode="max",
-                registry=target,
+            "swept": make(
+                "dspark_harvest_probe_swept_requests",
+                "Requests the live probe's stale sweep dropped (sglang never reported them finished).",
             ),
+            **_gauges(prometheus_client, target, labels),
         }
     except ValueError as exc:  # the names exist in this registry already, under other label names
         raise SettingsError(
@@ -136,6 +159,8 @@ class PrometheusMetrics:
         self._c_drafts = child("accepted_drafts")
         self._c_alarms = child("alarms")
         self._c_invalid = child("invalid")
+        self._c_swept, self._g_held, self._g_queued = child("swept"), child("held"), child("queued")
+        self._swept_pushed = 0
         self._c_position = [families["position"].labels(*lv, str(k)) for k in range(1, gamma + 1)]
         self._c_probe = [
             (families["probe_matches"].labels(*lv, offset), families["probe_compared"].labels(*lv, offset))
@@ -150,13 +175,27 @@ class PrometheusMetrics:
         """Set the harvest info gauge (one label set at 1)."""
         self._info.labels(*self._label_values, harvest, source).set(1)
 
-    def maybe_sync(self, counts: AcceptCounts, alarms_fired: int, probe: ProbeCounts | None = None) -> None:
-        """Called every valid round; pushes after ``sync_every`` rounds or ``sync_interval_s`` seconds."""
+    def maybe_sync(
+        self,
+        counts: AcceptCounts,
+        alarms_fired: int,
+        probe: ProbeCounts | None = None,
+        state: Callable[[], Any] | None = None,
+    ) -> None:
+        """Called every valid round; pushes after ``sync_every`` rounds or ``sync_interval_s`` seconds
+        (``state``: what gives the live state then, read only when pushing)."""
         if (
             counts.rounds - self._pushed[0] >= self.sync_every
             or self._clock() - self._synced_at >= self.sync_interval_s
         ):
-            self.sync(counts, alarms_fired, probe)
+            self.sync(counts, alarms_fired, probe, None if state is None else state())
+
+    def sync_state(self, state: Any) -> None:
+        """Set the live-state gauges and count the newly swept requests (``accept.LiveState``)."""
+        self._g_held.set(state.held_requests)
+        self._g_queued.set(state.queued_steps)
+        self._c_swept.inc(state.swept_requests - self._swept_pushed)
+        self._swept_pushed = state.swept_requests
 
     def sync_probe(self, probe: ProbeCounts) -> None:
         """Push the live probe's matches and comparisons per offset since the previous sync."""
@@ -165,11 +204,15 @@ class PrometheusMetrics:
             matches.inc(getattr(probe, offset) - getattr(before, offset))
             compared.inc(getattr(probe, f"compared_{offset}") - getattr(before, f"compared_{offset}"))
 
-    def sync(self, counts: AcceptCounts, alarms_fired: int, probe: ProbeCounts | None = None) -> None:
+    def sync(
+        self, counts: AcceptCounts, alarms_fired: int, probe: ProbeCounts | None = None, state: Any = None
+    ) -> None:
         """Push the counter's totals, the alarms fired and the probe's counts as counter increments
-        since the previous sync."""
+        since the previous sync, and the live state (``None``: none to report)."""
         if probe is not None:
             self.sync_probe(probe)
+        if state is not None:
+            self.sync_state(state)
         if counts.gamma != self.gamma:
             raise GeometryError(
                 f"metrics were built for gamma={self.gamma} but the counts have gamma={counts.gamma}; "

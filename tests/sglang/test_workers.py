@@ -437,6 +437,30 @@ def test_the_plan_refuses_a_non_dense_drafter_before_any_route(tmp_path):
 # ------------------------------------------------------------------ per-round telemetry hook
 
 
+def test_the_probe_skips_a_round_of_finished_requests_as_the_telemetry_does(tmp_path):
+    """An overlapped round whose every request had already finished: sglang leaves it out of
+    ``spec_verify_ct``, the telemetry leaves it out, and so does the probe (its rounds stay equal)."""
+    served = _served(tmp_path, "specforge_dflash")
+    worker = object.__new__(HarvestDFlashWorker)
+    worker._dspark_attach(served, tp_rank=0)
+    gamma = served.geometry.gamma
+    req = SimpleNamespace(rid="r", output_ids=[5, 6, 7])
+    result = SimpleNamespace(
+        next_token_ids=torch.zeros(gamma + 1, dtype=torch.int64), accept_lens=torch.tensor([1])
+    )
+    batch = SimpleNamespace(reqs=[req])
+    # as round_around_result runs it: the live mask, sglang's resolve (its hook), then the probe's part
+    worker.dspark_live_mask = [False]  # every request had finished
+    worker.on_verify_complete_cpu([0], batch_size=1)
+    worker.dspark_probe_round([[8]], result, batch, [False])
+    assert worker.dspark_rounds.queued == 0
+    worker.dspark_live_mask = [True]
+    worker.on_verify_complete_cpu([0], batch_size=1)
+    worker.dspark_probe_round([[8]], result, batch, [True])
+    _flush(worker)
+    assert worker.dspark_probe.rounds == worker.dspark_telemetry.counts.rounds == 1
+
+
 @pytest.mark.parametrize("cls", [HarvestDFlashWorker, HarvestDSparkWorker])
 def test_on_verify_complete_cpu_feeds_one_telemetry_record_per_round(tmp_path, caplog, cls):
     fixture = "specforge_dflash" if cls is HarvestDFlashWorker else "dspark_markov_rank0"
