@@ -36,7 +36,7 @@ class Setting:
     """One ``MEMRA_DSPARK_*`` variable."""
 
     name: str
-    kind: str  # "choice", "word", "flag", "path", "level", "int" or "number"
+    kind: str  # "choice", "word", "flag", "path", "level", "int", "ints" or "number"
     default: Any
     accepted: str  # what the refusal and the docs list as accepted
     doc: str
@@ -65,6 +65,8 @@ class Setting:
             return "OFF" if self.default is None else logging.getLevelName(self.default)
         if self.kind == "flag":
             return "on" if self.default else "off"
+        if self.kind == "ints":
+            return ",".join(map(str, self.default)) or "OFF"
         return "unset" if self.default is None else str(self.default)
 
 
@@ -134,7 +136,23 @@ def _path(setting: Setting, text: str) -> str | None:
     return text if text and text.isprintable() and len(text) <= 4096 else None
 
 
+MAX_INTS = 32
+
+
+def _ints(setting: Setting, text: str) -> tuple[int, ...] | None:
+    """Comma-separated integers, strictly increasing, each within the bounds, at most ``MAX_INTS``."""
+    parts = text.split(",")
+    if len(parts) > MAX_INTS:
+        return None
+    values = [_int(setting, part.strip()) for part in parts]
+    if any(v is None for v in values):
+        return None
+    found = tuple(int(v) for v in values if v is not None)
+    return found if all(a < b for a, b in zip(found[:-1], found[1:], strict=True)) else None
+
+
 _PARSERS: dict[str, Callable[[Setting, str], Any]] = {
+    "ints": _ints,
     "choice": _choice,
     "word": _word,
     "path": _path,
@@ -246,6 +264,18 @@ ON_MISMATCH = Setting(
     "with it (canaries, staging)",
     words=("warn", "fail"),
 )
+CONTEXT_BUCKETS = Setting(
+    "MEMRA_DSPARK_CONTEXT_BUCKETS",
+    "ints",
+    (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072),
+    f"up to {MAX_INTS} increasing integers 1..100000000, comma-separated, or OFF",
+    "the upper bounds of the context-length buckets acceptance is counted in (the request's tokens at "
+    "the anchor; one more bucket holds everything beyond the last); OFF: no buckets (docs/telemetry.md)",
+    minimum=1,
+    maximum=10**8,
+    accepts_off=True,
+    off=(),
+)
 DEFER_ROUNDS = Setting(
     "MEMRA_DSPARK_DEFER_ROUNDS",
     "int",
@@ -285,6 +315,7 @@ SETTINGS: tuple[Setting, ...] = (
     PROBE_ROUNDS,
     PROBE_EVERY,
     ON_MISMATCH,
+    CONTEXT_BUCKETS,
     DEFER_ROUNDS,
     HOST_TIMING,
     SYNC_DEBUG,
@@ -336,6 +367,8 @@ __all__ = [
     "PROBE_ROUNDS",
     "PROBE_EVERY",
     "ON_MISMATCH",
+    "CONTEXT_BUCKETS",
+    "DEFER_ROUNDS",
     "HOST_TIMING",
     "SYNC_DEBUG",
     "check_fields",

@@ -85,6 +85,7 @@ class Group:
     replayed_alarms: list[int] = field(default_factory=list)  # ordinal of the round each fired at
     alarms_this_run: int = 0  # replayed since the last restart
     logged_alarms: list[dict[str, Any]] = field(default_factory=list)
+    context_alarms: list[dict[str, Any]] = field(default_factory=list)
     probes: list[dict[str, Any]] = field(default_factory=list)
     summary: dict[str, Any] | None = None
     host_cost: list[float] = field(default_factory=list)
@@ -125,6 +126,7 @@ class Group:
             "per_position": [float(r) for r in f["rates"].split(",") if r],
             "alarms": int(f["alarms"]),
             "probe": f.get("probe"),
+            "by_context": _by_context(f.get("by_context")),
             "held_requests": int(f["held"]) if "held" in f else None,
             "swept_requests": int(f["swept"]) if "swept" in f else None,
         }
@@ -198,6 +200,10 @@ class Group:
         found = decide(ProbeCounts(own, late, early, n, n, n), harvest)
         return found.kind, found.message == f["message"]
 
+    def _context_alarm(self, line: Line) -> None:
+        self.context_alarms.append({"file": line.file, "line": line.number, "message": line.fields["rest"]})
+        del self.context_alarms[:-100]
+
     def _host_cost(self, line: Line) -> None:
         self.host_cost.append(float(line.fields["fraction"]))
 
@@ -237,6 +243,14 @@ class Group:
         """The end of the log: a group whose gamma never showed takes the longest accept length seen."""
         if self.counts is None and self.pending:
             self._set_gamma(max(max(ls) for _, ls in self.pending) - 1, INFERRED)
+
+
+def _by_context(text: str | None) -> list[tuple[str, float]] | None:
+    """``[(bucket, mean)]`` of a summary's ``by_context=[<=512:2.91,...]`` (``None``: not logged)."""
+    if text is None:
+        return None
+    pairs = [part.rsplit(":", 1) for part in text.split(",") if ":" in part]
+    return [(name, float(mean)) for name, mean in pairs if mean.replace(".", "", 1).isdigit()]
 
 
 def _number(text: str) -> float | None:

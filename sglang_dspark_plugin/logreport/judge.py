@@ -43,13 +43,28 @@ def collapsed(g: Group) -> str | None:
     return None
 
 
+def falls_with_context(g: Group) -> str | None:
+    """Why the last summary's acceptance by context length counts as a collapse: a bucket far below a
+    shorter, healthy one (accepted drafts per request-round at most half), else ``None``."""
+    buckets = (g.summary or {}).get("by_context") or []
+    threshold = min(g.settings.alarm_threshold or DEFAULT_THRESHOLD, 1.0 + (g.gamma or 1) / 2.0)
+    for i, (short_name, short) in enumerate(buckets):
+        for long_name, long in buckets[i + 1 :]:
+            if short >= threshold and long - 1.0 <= 0.5 * (short - 1.0):
+                return (
+                    f"acceptance falls with context length: {long:.2f} at {long_name} against "
+                    f"{short:.2f} at {short_name}"
+                )
+    return None
+
+
 def verdict(g: Group) -> tuple[str, str]:
     """``(kind, why)``: ``misaligned`` (a confirmed probe measured drafts off their positions),
     ``collapse`` (acceptance collapsed, the probe measured no misalignment) or ``healthy``."""
     probe = probe_verdict(g)
     if probe is not None and probe["kind"] in MISALIGNED_KINDS:
         return "misaligned", f"live probe: {probe['message']}"
-    why = collapsed(g)
+    why = collapsed(g) or falls_with_context(g)
     if why is not None:
         return "collapse", why
     return (
@@ -98,6 +113,10 @@ def group_json(g: Group) -> dict[str, Any]:
         "alarms_replayed": len(g.replayed_alarms),
         "alarm_rounds": g.replayed_alarms[-100:],
         "alarms_logged": g.logged_alarms[-100:],
+        "context_alarms": g.context_alarms,
+        "by_context": [
+            {"bucket": n, "mean_accept_length": m} for n, m in (g.summary or {}).get("by_context") or []
+        ],
         "probe": g.probes[-20:],
         "host_cost_fraction": max(g.host_cost) if g.host_cost else None,
         "held_requests_last": (g.summary or {}).get("held_requests"),
@@ -107,4 +126,12 @@ def group_json(g: Group) -> dict[str, Any]:
     }
 
 
-__all__ = ["MIN_REQUEST_ROUNDS", "MISALIGNED_KINDS", "probe_verdict", "collapsed", "verdict", "group_json"]
+__all__ = [
+    "MIN_REQUEST_ROUNDS",
+    "MISALIGNED_KINDS",
+    "probe_verdict",
+    "collapsed",
+    "falls_with_context",
+    "verdict",
+    "group_json",
+]

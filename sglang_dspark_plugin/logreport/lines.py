@@ -28,7 +28,8 @@ ROUND = re.compile(
 SUMMARY = re.compile(
     _PREFIX + r"dspark accept summary rounds=(?P<rounds>\d{1,15}) request_rounds=(?P<reqs>\d{1,18}) "
     rf"mean_accept_len=(?P<mean>{_NUM}) last_(?P<last_n>\d{{1,15}})_rounds=(?P<last>{_NUM}) "
-    rf"window_mean=(?P<window>{_NUM}) per_position=\[(?P<rates>[0-9.,]{{0,20000}})\] " + _TAG + r" "
+    rf"window_mean=(?P<window>{_NUM}) per_position=\[(?P<rates>[0-9.,]{{0,20000}})\]"
+    r"(?: by_context=\[(?P<by_context>[<=>0-9k:.,]{0,4000})\])? " + _TAG + r" "
     r"gamma=(?P<gamma>\d{1,4}) rounds_per_s=(?:n/a|[\d.]{1,20}) alarms=(?P<alarms>\d{1,12}) "
     r"invalid_rounds=(?P<invalid>\d{1,15})(?: probe=(?P<probe>[a-z-]{1,20}))?"
     r"(?: held_requests=(?P<held>\d{1,12}) held_rounds=\d{1,12} swept_requests=(?P<swept>\d{1,15}) "
@@ -54,12 +55,14 @@ HOST_COST = re.compile(
     _PREFIX + r"dspark host cost rounds=(?P<rounds>\d{1,15}) plugin_us_per_round=(?P<us>[\d.]{1,20}) "
     r"round_us_median=(?P<round_us>[\d.]{1,20}) plugin_fraction=(?P<fraction>[\d.]{1,20})" + _DP
 )
+CONTEXT_ALARM = re.compile(_PREFIX + r"dspark accept ALARM \(context\): (?P<rest>.{1,4000}?)" + _DP)
 GEOMETRY = re.compile(_PREFIX + r"dspark accept round=\d{1,15}: accepted-draft counts .{0,2000}$")
 PATTERNS = (
     ("round", ROUND),
     ("summary", SUMMARY),
     ("startup", STARTUP),
     ("alarm", ALARM),
+    ("context_alarm", CONTEXT_ALARM),
     ("probe", PROBE),
     ("host_cost", HOST_COST),
     ("geometry", GEOMETRY),

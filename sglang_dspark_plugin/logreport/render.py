@@ -37,6 +37,8 @@ def _group(g: dict[str, Any]) -> list[str]:
         + ("n/a" if mean is None else f"{mean:.2f}"),
         f"  per position: {rates or 'n/a'}",
         f"  over time (round: mean): {_over_time(g['over_time']) or 'n/a'}",
+        "  by context length (last summary): "
+        + (", ".join(f"{b['bucket']}: {b['mean_accept_length']:.2f}" for b in g["by_context"]) or "n/a"),
         f"  restarts {g['restarts']}, rejected lines {g['rejected_lines']}, geometry errors "
         f"{g['geometry_errors']}",
         f"  alarms: {len(g['alarms_logged'])} logged, {g['alarms_replayed']} by the alarm rule replayed",
@@ -45,6 +47,9 @@ def _group(g: dict[str, Any]) -> list[str]:
         f"    line {a['line']}: {a['window_mean']:.2f} < {a['threshold']:.2f}: {a['cause']}"
         for a in g["alarms_logged"][-5:]
     ]
+    if g["context_alarms"]:
+        out.append(f"  context-length alarms: {len(g['context_alarms'])} logged")
+        out += [f"    line {a['line']}: {a['message']}" for a in g["context_alarms"][-3:]]
     for p in g["probe"][-3:]:
         state = "confirmed" if p["confirmed"] else "NOT confirmed by its own numbers"
         out.append(f"  probe (line {p['line']}, {state}): {p['message']}")

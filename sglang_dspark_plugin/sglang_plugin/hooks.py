@@ -116,16 +116,17 @@ def round_around_result(
     original: Any, processor: Any, result: Any, batch: Any, *args: Any, **kwargs: Any
 ) -> Any:
     """AROUND hook: before sglang resolves a round, tell a plugin worker which requests it will count
-    (the live-request mask); after, hand the worker the round for its probe. No device work."""
+    (the live-request mask) and their context lengths; after, hand the worker the round for its probe.
+    No device work."""
     worker = getattr(processor, "model_worker", None)
     if worker is None or getattr(worker, "dspark_telemetry", None) is None:
         return original(processor, result, batch, *args, **kwargs)
     work = worker.dspark_work  # timed / sync-checked with the rest of the plugin's round work, if asked
     if work is None:
-        live = worker.dspark_live_mask = [not (r.is_retracted or r.finished()) for r in batch.reqs]
+        live = worker.dspark_mark_round(batch.reqs)
     else:
         with work:
-            live = worker.dspark_live_mask = [not (r.is_retracted or r.finished()) for r in batch.reqs]
+            live = worker.dspark_mark_round(batch.reqs)
     committed = original(processor, result, batch, *args, **kwargs)
     probe_round = getattr(worker, "dspark_probe_round", None)
     if probe_round is not None:

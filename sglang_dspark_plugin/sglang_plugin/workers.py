@@ -219,6 +219,17 @@ class _HarvestWorkerMixin:
         telemetry.logger.info("%s", telemetry.describe())
 
     dspark_live_mask: list[bool] | None = None
+    dspark_contexts: list[int] | None = None
+
+    def dspark_mark_round(self, reqs: Any) -> list[bool]:
+        """Before sglang resolves a round (``hooks.round_around_result``): which requests it counts (not
+        retracted, not finished) and, where acceptance is bucketed by context, each one's tokens at the
+        anchor. Returns the live mask."""
+        live = self.dspark_live_mask = [not (r.is_retracted or r.finished()) for r in reqs]
+        telemetry = self.dspark_telemetry
+        if telemetry is not None and telemetry.by_context is not None:
+            self.dspark_contexts = [len(r.origin_input_ids) + len(r.output_ids) for r in reqs]
+        return live
 
     def dspark_probe_round(self, committed: Any, result: Any, batch: Any, live: list[bool]) -> None:
         """After sglang resolved a round: its snapshot for the live offset probe (``live_probe``),
@@ -269,10 +280,15 @@ class _HarvestWorkerMixin:
 
     def _dspark_verify(self, rounds: DeferredRounds, values: list[int]) -> None:
         live, self.dspark_live_mask = self.dspark_live_mask, None
+        contexts, self.dspark_contexts = self.dspark_contexts, None
+        if contexts is not None and len(contexts) != len(values):
+            contexts = None  # not this round's: no bucket rather than a wrong one
         if live is not None and len(live) == len(values) and not all(live):
             values = [v for v, keep in zip(values, live, strict=True) if keep]
+            if contexts is not None:
+                contexts = [c for c, keep in zip(contexts, live, strict=True) if keep]
         if values:
-            rounds.verify(values)
+            rounds.verify(values, contexts)
 
 
 def _round_snapshot(sampled: bool, batch: Any, live: list[bool], committed: Any, result: Any) -> Any:

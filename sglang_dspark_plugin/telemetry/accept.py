@@ -17,10 +17,14 @@ from ..logsafe import safe_logger
 from ..reprs import short
 from ..validation import is_int, require_type
 from .alarm import RollingAlarm
+from .context import ContextCounts, context_alarm_message
 from .counts import AcceptCounts
 from .logline import RoundLineEmitter
 from .metrics import PrometheusMetrics
-from .settings import ACCEPT_LOGGER, TelemetrySettings, level_name
+from .settings import ACCEPT_LOGGER, DEFAULT_ALARM_THRESHOLD, TelemetrySettings, level_name
+
+MISALIGNED = ("late", "early", "neither")
+"""The probe's verdicts that measure drafts off their positions: the harvest, not the context."""
 
 if TYPE_CHECKING:
     from ..harvest import Resolution
@@ -66,6 +70,9 @@ class AcceptTelemetry:
         self.tag = f"{self.harvest}({source})"
         self.dp_tag = "" if dp_rank is None else f" dp={dp_rank}"  # every line's: each DP group logs its own
         self.counts = AcceptCounts(gamma)
+        buckets = s.context_buckets
+        self.by_context = ContextCounts(gamma, buckets) if buckets else None  # acceptance by context length
+        self.context_alarm: str | None = None  # the context-length ALARM, once it fired
         self.alarm = RollingAlarm(gamma, s, harvest, source, evidence, self.dp_tag, probe)
         self._clock = clock if clock is not None else time.monotonic
         self._text = [str(n + 1) for n in range(gamma + 1)]  # count n's accept length, as the line writes it
@@ -77,6 +84,8 @@ class AcceptTelemetry:
         self._last_summary = (0, 0, 0)  # (rounds, request_rounds, accepted) at the previous summary
         if metrics is not None:
             metrics.set_harvest(self.harvest, source)
+            if self.by_context is not None:
+                metrics.count_contexts(self.by_context)
 
     @classmethod
     def from_resolution(
@@ -93,10 +102,13 @@ class AcceptTelemetry:
         r, options = resolution, {"dp_rank": dp_rank, "probe": probe}
         return cls(gamma, r.harvest, r.source, r.evidence, settings, metrics, clock, **options)
 
-    def on_verify_complete(self, counts: Sequence[int], at: float | None = None) -> bool:
+    def on_verify_complete(
+        self, counts: Sequence[int], at: float | None = None, contexts: Sequence[int] | None = None
+    ) -> bool:
         """Count one verify round from the per-request accepted-draft counts (host ints, no sync);
-        ``at``: the round's ``time.time()`` where it is counted later (``DeferredRounds``). Returns
-        False for a round left out of the statistics.
+        ``at``: the round's ``time.time()`` where it is counted later (``DeferredRounds``);
+        ``contexts``: each request's tokens at the anchor (acceptance by context length). Returns False
+        for a round left out of the statistics.
 
         Counts outside [0, gamma] mean the scheduler's verify width disagrees with this geometry: the
         round is logged at ERROR (once) and kept out of the statistics; serving is never interrupted.
@@ -110,6 +122,8 @@ class AcceptTelemetry:
         if not self.counts.add(counts):
             self._invalid_round(index, counts)
             return False
+        if contexts is not None and self.by_context is not None:
+            self.by_context.add(counts, contexts)
         # the per-round line
         level = self.settings.accept_log_level
         if level is not None and self.logger.isEnabledFor(level):
@@ -156,33 +170,8 @@ class AcceptTelemetry:
     # ----------------------------------------------------------------- what it reports
 
     def summary(self) -> dict[str, Any]:
-        """Everything so far, JSON-able (and the metrics pushed)."""
-        c, alarm = self.counts, self.alarm
-        state = self.live_state()
-        if self.metrics is not None:
-            self.metrics.sync(c, alarm.fired, self._probe_counts(), state)
-        return {
-            "harvest": self.harvest,
-            "source": self.source,
-            "gamma": self.gamma,
-            "dp_rank": self.dp_rank,
-            "rounds": c.rounds,
-            "request_rounds": c.request_rounds,
-            "accepted_drafts": c.accepted_drafts,
-            "mean_accept_length": c.mean_accept_length(),
-            "per_position": c.per_position_rates(),
-            "accepted_per_position": c.accepted_per_position(),
-            "accept_length_histogram": {str(n + 1): k for n, k in enumerate(c.hist)},
-            "window_mean_accept_length": alarm.window_mean(),
-            "alarm_threshold": alarm.threshold,
-            "alarms_fired": alarm.fired,
-            "alarms": [a.to_json() for a in alarm.alarms],
-            "invalid_rounds": c.invalid_rounds,
-            "elapsed_s": self.elapsed(),
-            "settings": self.settings.to_json(),
-            **({} if self.alarm.probe is None else {"probe": self.alarm.probe.assessment().to_json()}),
-            **({} if state is None else {"state": state.to_json()}),
-        }
+        """Everything so far, JSON-able (and the metrics pushed): ``summary_json``."""
+        return summary_json(self)
 
     def summary_line(self) -> str:
         """The periodic summary line: cumulative, and since the previous summary (``summary_text``)."""
@@ -194,6 +183,16 @@ class AcceptTelemetry:
         if self.metrics is not None and state is not None:
             self.metrics.sync_state(state)
 
+    def _check_context(self) -> None:
+        probe = self.alarm.probe
+        kind = None if probe is None else probe.assessment().kind
+        if self.by_context is None or self.context_alarm is not None or kind in MISALIGNED:
+            return
+        found = self.by_context.falls_with_context(self.alarm.threshold or DEFAULT_ALARM_THRESHOLD)
+        if found is not None:
+            self.context_alarm = context_alarm_message(found, kind, self.dp_tag)
+            self.logger.warning("%s", self.context_alarm)
+
     def live_state(self) -> LiveState | None:
         """What the plugin holds now (the probe's requests and rounds, the queue), or ``None`` without a
         live probe: the figures an operator watches for a leak (docs/telemetry.md)."""
@@ -204,9 +203,11 @@ class AcceptTelemetry:
         return LiveState(requests, rounds, probe.swept, self.queued_steps)
 
     def log_summary(self) -> None:
-        """Log the summary line at INFO (independent of the per-round level)."""
+        """Log the summary line at INFO (independent of the per-round level), and the context-length
+        ALARM the first time acceptance falls with context while no misalignment is measured."""
         if self.logger.isEnabledFor(logging.INFO):
             self.logger.info("%s", self.summary_line())
+        self._check_context()
         c = self.counts
         self._last_summary = (c.rounds, c.request_rounds, c.accepted_drafts)
 
@@ -245,6 +246,41 @@ class LiveState:
         return "".join(f" {k}={v}" for k, v in vars(self).items())
 
 
+def summary_json(t: AcceptTelemetry) -> dict[str, Any]:
+    """Everything ``t`` counted so far, JSON-able (and its metrics pushed)."""
+    c, alarm = t.counts, t.alarm
+    state = t.live_state()
+    if t.metrics is not None:
+        t.metrics.sync(c, alarm.fired, t._probe_counts(), state)
+    return {
+        "harvest": t.harvest,
+        "source": t.source,
+        "gamma": t.gamma,
+        "dp_rank": t.dp_rank,
+        "rounds": c.rounds,
+        "request_rounds": c.request_rounds,
+        "accepted_drafts": c.accepted_drafts,
+        "mean_accept_length": c.mean_accept_length(),
+        "per_position": c.per_position_rates(),
+        "accepted_per_position": c.accepted_per_position(),
+        "accept_length_histogram": {str(n + 1): k for n, k in enumerate(c.hist)},
+        "window_mean_accept_length": alarm.window_mean(),
+        "alarm_threshold": alarm.threshold,
+        "alarms_fired": alarm.fired,
+        "alarms": [a.to_json() for a in alarm.alarms],
+        "invalid_rounds": c.invalid_rounds,
+        "elapsed_s": t.elapsed(),
+        "settings": t.settings.to_json(),
+        **({} if t.alarm.probe is None else {"probe": t.alarm.probe.assessment().to_json()}),
+        **({} if state is None else {"state": state.to_json()}),
+        **({"by_context": buckets} if (buckets := _buckets(t)) else {}),  # where contexts were counted
+    }
+
+
+def _buckets(t: AcceptTelemetry) -> list[dict[str, Any]]:
+    return [] if t.by_context is None else t.by_context.to_json()
+
+
 def summary_text(t: AcceptTelemetry) -> str:
     """``t``'s periodic summary line: cumulative, and since the previous summary."""
     c = t.counts
@@ -263,7 +299,8 @@ def summary_text(t: AcceptTelemetry) -> str:
         f"mean_accept_len={'n/a' if mean is None else f'{mean:.2f}'} "
         f"last_{c.rounds - rounds0}_rounds={interval} "
         f"window_mean={'n/a' if window is None else f'{window:.2f}'} "
-        f"per_position=[{','.join(f'{r:.2f}' for r in rates)}] "
+        f"per_position=[{','.join(f'{r:.2f}' for r in rates)}]"
+        f"{'' if t.by_context is None else t.by_context.line()} "
         f"harvest={t.tag} gamma={t.gamma} rounds_per_s={rps} "
         f"alarms={t.alarm.fired} invalid_rounds={c.invalid_rounds}{probe_tag}"
         f"{'' if state is None else state.tag()}{t.dp_tag}"

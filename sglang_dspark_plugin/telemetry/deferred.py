@@ -74,10 +74,10 @@ class DeferredRounds:
         self._alarm_low = False  # the alarm's state when the queue last ran
         self._sampled_queued = False  # a sampled probe round is queued
 
-    def verify(self, values: Sequence[int]) -> None:
+    def verify(self, values: Sequence[int], contexts: Sequence[int] | None = None) -> None:
         """One round's accepted-draft counts of the requests sglang counts (what ``on_verify_complete``
-        takes), stamped with the time now."""
-        self._ops.append((_VERIFY, (values, self.clock())))
+        takes) and their context lengths at the anchor, stamped with the time now."""
+        self._ops.append((_VERIFY, (values, self.clock(), contexts)))
         self._rounds += 1
         if self._rounds >= self.every:
             self.run()
@@ -118,7 +118,7 @@ class DeferredRounds:
         try:
             for kind, arg in ops:
                 if kind == _VERIFY:
-                    telemetry.on_verify_complete(arg[0], at=arg[1])
+                    telemetry.on_verify_complete(arg[0], at=arg[1], contexts=arg[2])
                 elif kind == _PROBE:
                     alarm_low, snapshot = arg
                     probe.begin_round(alarm_low=alarm_low)  # type: ignore[union-attr]

@@ -48,6 +48,23 @@ def _gauges(prometheus_client: Any, target: Any, labels: list[str]) -> dict[str,
     }
 
 
+def _context_counters(make: Callable[..., Any]) -> dict[str, Any]:
+    """Request-rounds and accepted tokens by context length (one ``context`` label per bucket)."""
+    return {
+        "context_reqs": make(
+            "dspark_harvest_context_request_rounds",
+            "Request-rounds by the request's context length at the anchor (MEMRA_DSPARK_CONTEXT_BUCKETS).",
+            ("context",),
+        ),
+        "context_tokens": make(
+            "dspark_harvest_context_accepted_tokens",
+            "Accepted tokens (bonus included) by context length: accept length per bucket = this / "
+            "context_request_rounds.",
+            ("context",),
+        ),
+    }
+
+
 def _metric_families(prometheus_client: Any, registry: Any, names: tuple[str, ...]) -> dict[str, Any]:
     """The metric families of one registry, created once: a registry refuses a name registered twice."""
     target = prometheus_client.REGISTRY if registry is None else registry
@@ -90,6 +107,7 @@ def _metric_families(prometheus_client: Any, registry: Any, names: tuple[str, ..
                 ("offset",),
             ),
             "invalid": make("dspark_harvest_invalid_rounds", "Rounds with a count outside [0, gamma]."),
+            **_context_counters(make),
             "swept": make(
                 "dspark_harvest_probe_swept_requests",
                 "Requests the live probe's stale sweep dropped (sglang never reported them finished).",
@@ -161,6 +179,9 @@ class PrometheusMetrics:
         self._c_invalid = child("invalid")
         self._c_swept, self._g_held, self._g_queued = child("swept"), child("held"), child("queued")
         self._swept_pushed = 0
+        self._families, self._context = families, None
+        self._context_children: list[tuple[Any, Any]] = []
+        self._context_pushed: list[tuple[int, int]] | None = None
         self._c_position = [families["position"].labels(*lv, str(k)) for k in range(1, gamma + 1)]
         self._c_probe = [
             (families["probe_matches"].labels(*lv, offset), families["probe_compared"].labels(*lv, offset))
@@ -170,6 +191,35 @@ class PrometheusMetrics:
         self._info = families["info"]
         self._label_values = lv
         self._pushed = (0, 0, 0, [0] * gamma, 0, 0)
+
+    def count_contexts(self, by_context: Any) -> None:
+        """Export ``by_context`` (a ``ContextCounts``): one ``context`` label per bucket (a bounded set)."""
+        lv = self._label_values
+        self._context = by_context
+        self._context_children = [
+            (
+                self._families["context_reqs"].labels(*lv, name),
+                self._families["context_tokens"].labels(*lv, name),
+            )
+            for name in by_context.names
+        ]
+        self._context_pushed = [(0, 0)] * len(by_context.names)
+
+    def _sync_contexts(self) -> None:
+        by_context, pushed = self._context, self._context_pushed
+        if by_context is None or pushed is None:
+            return
+        now = []
+        for i, ((reqs, tokens), (before_reqs, before_tokens)) in enumerate(
+            zip(self._context_children, pushed, strict=True)
+        ):
+            hist = by_context.hist[i]
+            n_reqs = sum(hist)
+            n_tokens = n_reqs + sum(n * k for n, k in enumerate(hist))
+            reqs.inc(n_reqs - before_reqs)
+            tokens.inc(n_tokens - before_tokens)
+            now.append((n_reqs, n_tokens))
+        self._context_pushed = now
 
     def set_harvest(self, harvest: str, source: str) -> None:
         """Set the harvest info gauge (one label set at 1)."""
@@ -213,6 +263,7 @@ class PrometheusMetrics:
             self.sync_probe(probe)
         if state is not None:
             self.sync_state(state)
+        self._sync_contexts()
         if counts.gamma != self.gamma:
             raise GeometryError(
                 f"metrics were built for gamma={self.gamma} but the counts have gamma={counts.gamma}; "

@@ -29,6 +29,7 @@ DEFAULT_ALARM_WARMUP: int = table.ALARM_WARMUP.default
 # 500 rounds: enough request-rounds for a stable mean, and at most one WARNING every ~5-15 s of decoding.
 DEFAULT_ALARM_WINDOW: int = table.ALARM_WINDOW.default
 DEFAULT_DEFER_ROUNDS: int = table.DEFER_ROUNDS.default
+DEFAULT_CONTEXT_BUCKETS: tuple[int, ...] = table.CONTEXT_BUCKETS.default
 
 
 def level_name(level: int | None) -> str:
@@ -50,6 +51,7 @@ class TelemetrySettings:
     alarm_warmup: int = DEFAULT_ALARM_WARMUP  # rounds ignored before the rolling window starts
     alarm_window: int = DEFAULT_ALARM_WINDOW  # rolling window in rounds; at most one alarm per window
     defer_rounds: int = DEFAULT_DEFER_ROUNDS  # rounds queued before the round steps run (1: none)
+    context_buckets: tuple[int, ...] = DEFAULT_CONTEXT_BUCKETS  # upper bounds; () = no buckets
     host_timing: bool = False  # time the plugin's own host work per round (``HostCost``)
     sync_debug: bool = False  # the plugin's per-round work under CUDA's sync debug mode "error"
 
@@ -78,6 +80,16 @@ class TelemetrySettings:
             ("alarm_warmup", _int_field(self.alarm_warmup, 0, 10**9), "an integer 0..10**9"),
             ("alarm_window", _int_field(self.alarm_window, 1, 100_000), "an integer 1..100000"),
             ("defer_rounds", _int_field(self.defer_rounds, 1, 1024), "an integer 1..1024"),
+            (
+                "context_buckets",
+                isinstance(self.context_buckets, tuple)
+                and len(self.context_buckets) <= 32
+                and all(_int_field(b, 1, 10**8) for b in self.context_buckets)
+                and all(
+                    a < b for a, b in zip(self.context_buckets[:-1], self.context_buckets[1:], strict=True)
+                ),
+                "a tuple of at most 32 increasing integers 1..10**8",
+            ),
             ("host_timing", isinstance(self.host_timing, bool), "True or False"),
             ("sync_debug", isinstance(self.sync_debug, bool), "True or False"),
         )
@@ -97,6 +109,7 @@ class TelemetrySettings:
             "alarm_warmup": table.ALARM_WARMUP,
             "alarm_window": table.ALARM_WINDOW,
             "defer_rounds": table.DEFER_ROUNDS,
+            "context_buckets": table.CONTEXT_BUCKETS,
             "host_timing": table.HOST_TIMING,
             "sync_debug": table.SYNC_DEBUG,
         }
@@ -111,6 +124,7 @@ class TelemetrySettings:
             "alarm_warmup": self.alarm_warmup,
             "alarm_window": self.alarm_window,
             "defer_rounds": self.defer_rounds,
+            "context_buckets": list(self.context_buckets),
             "host_timing": self.host_timing,
             "sync_debug": self.sync_debug,
         }
