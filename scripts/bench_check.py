@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sglang_dspark_plugin.check_cmd import targets
+from sglang_dspark_plugin.cli.check import targets
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import sys
 import time
 
 from sglang_dspark_plugin.harvest import DsparkHarvest
-from sglang_dspark_plugin.live_probe import LiveProbe, ProbeSettings, row_of_round, verify_row
+from sglang_dspark_plugin.probe.live import LiveProbe, ProbeSettings, row_of_round, verify_row
 
 GAMMA = 7
 SCHEDULES = {

@@ -36,7 +36,7 @@ import tempfile
 import time
 
 from sglang_dspark_plugin import settings as table
-from sglang_dspark_plugin.draft_config import TIER_STRUCTURAL, Signal
+from sglang_dspark_plugin.census.draft_config import TIER_STRUCTURAL, Signal
 from sglang_dspark_plugin.harvest import DsparkHarvest
 from sglang_dspark_plugin.telemetry import (
     ACCEPT_LOGGER,

@@ -20,7 +20,7 @@ import time
 
 from sglang.srt.speculative.dspark_components.dspark_worker_v2 import DSparkWorkerV2
 
-from sglang_dspark_plugin.draft_config import DflashCfg
+from sglang_dspark_plugin.census.draft_config import DflashCfg
 from sglang_dspark_plugin.geometry import RoundGeometry
 from sglang_dspark_plugin.harvest import ENV_VAR, DsparkHarvest
 from sglang_dspark_plugin.serving import SHIFTED, LaunchRequest, ServePlan, SglangSupport

@@ -50,7 +50,7 @@ def _runs() -> list[tuple[str, str, Any]]:
 def _replay(harvest: Any, gens: list[Any], batch: int, as_served: bool = True) -> tuple[Any, Any]:
     """The probe after replaying ``gens`` in batches of ``batch``, and the first decisive replay."""
     from sglang_dspark_plugin.engine.live_feed import feed_batch
-    from sglang_dspark_plugin.live_probe import LiveProbe, ProbeSettings
+    from sglang_dspark_plugin.probe.live import LiveProbe, ProbeSettings
 
     probe = LiveProbe(harvest, ProbeSettings(rounds=10**9))  # every round: the rates, not the schedule
     first = None

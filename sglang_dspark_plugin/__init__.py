@@ -4,7 +4,7 @@ Nothing here imports sglang; the sglang glue lives in ``sglang_dspark_plugin.sgl
 """
 
 from . import errors
-from .draft_config import DflashCfg, Signal
+from .census.draft_config import DflashCfg, Signal
 from .errors import *  # noqa: F403  (every error class: ``errors.__all__``)
 from .geometry import RoundGeometry, build_manifest
 from .harvest import ENV_VAR, DsparkHarvest, Resolution

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import GeometryError, HarvestEnvError, MissingBlockSizeError
 from .harvest import DsparkHarvest
-from .reprs import short
+from .util.reprs import short
 
 if TYPE_CHECKING:
-    from .draft_config import DflashCfg
+    from .census.draft_config import DflashCfg
     from .harvest import Resolution
 
 MANIFEST_SCHEMA = "sglang-dspark-plugin/geometry-manifest/v1"

@@ -17,12 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .draft_config import vote_list
+from .census.draft_config import vote_list
 from .errors import GeometryError, HarvestEnvError
-from .validation import is_int, require_environ, require_type
+from .util.validation import is_int, require_environ, require_type
 
 if TYPE_CHECKING:
-    from .draft_config import DflashCfg, Signal
+    from .census.draft_config import DflashCfg, Signal
 
 ENV_VAR = "MEMRA_DSPARK_HARVEST"
 """The explicit override. Unset: the checkpoint census decides (historical default: dflash)."""
@@ -133,7 +133,7 @@ class Resolution:
     @classmethod
     def of(cls, cfg: DflashCfg, env_value: str | None) -> Resolution:
         """Resolve ``cfg`` under an explicit value (``None`` = unset)."""
-        from .draft_config import DflashCfg
+        from .census.draft_config import DflashCfg
 
         hint = "pass the census's result (sglang_dspark_plugin.census.census(path)), not a raw config."
         require_type(cfg, DflashCfg, "cfg", hint)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import SettingsError
-from .validation import environment
+from .util.validation import environment
 
 OFF_NAMES = ("OFF", "NONE")
 LEVEL_NAMES = {

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sglang_dspark_plugin.harvest import DsparkHarvest
-from sglang_dspark_plugin.live_verdict import decide
-from sglang_dspark_plugin.offsets import ProbeCounts
+from sglang_dspark_plugin.probe.offsets import ProbeCounts
+from sglang_dspark_plugin.probe.verdict import decide
 from sglang_dspark_plugin.telemetry.accept import AcceptTelemetry
 from sglang_dspark_plugin.telemetry.settings import TelemetrySettings
 

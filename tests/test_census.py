@@ -14,8 +14,8 @@ from checkpoints import FIXTURES, Fixture, write_checkpoint
 
 from sglang_dspark_plugin import ENV_VAR, DsparkHarvest, RoundGeometry
 from sglang_dspark_plugin.census import census
+from sglang_dspark_plugin.census.draft_config import TIER_EXPLICIT, TIER_INFO, TIER_STRUCTURAL
 from sglang_dspark_plugin.census.locate import hub_cli
-from sglang_dspark_plugin.draft_config import TIER_EXPLICIT, TIER_INFO, TIER_STRUCTURAL
 from sglang_dspark_plugin.errors import (
     CensusConflictError,
     GeometryError,

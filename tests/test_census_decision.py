@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sglang_dspark_plugin.census.decision import Decision, decide
-from sglang_dspark_plugin.draft_config import (
+from sglang_dspark_plugin.census.draft_config import (
     TIER_EXPLICIT,
     TIER_INFO,
     TIER_STRUCTURAL,
@@ -16,7 +16,7 @@ from sglang_dspark_plugin.draft_config import (
     votes,
 )
 from sglang_dspark_plugin.errors import CensusConflictError
-from sglang_dspark_plugin.reprs import cut, jsonable, short, short_json
+from sglang_dspark_plugin.util.reprs import cut, jsonable, short, short_json
 
 ARCH_DSPARK = Signal("config.json:architectures[0]", "DSparkDraftModel", TIER_STRUCTURAL, "dspark")
 PROJECTOR_DSPARK = Signal("config.json:dflash_config.projector_type", "dspark", TIER_STRUCTURAL, "dspark")

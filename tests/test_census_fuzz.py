@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from sglang_dspark_plugin import DsparkHarvest, RoundGeometry
 from sglang_dspark_plugin.census import DFLASH_ARCHITECTURES, DSPARK_ARCHITECTURES, census
-from sglang_dspark_plugin.draft_config import DflashCfg
+from sglang_dspark_plugin.census.draft_config import DflashCfg
 from sglang_dspark_plugin.errors import CensusConflictError, DsparkHarvestError, MissingBlockSizeError
 
 KNOWN_KEYS = [

@@ -13,13 +13,13 @@ from released_checkpoints import RELEASED
 
 from sglang_dspark_plugin import ENV_VAR, DsparkHarvest
 from sglang_dspark_plugin.census import census
-from sglang_dspark_plugin.draft_config import TIER_EXPLICIT, TIER_INFO, TIER_STRUCTURAL
+from sglang_dspark_plugin.census.draft_config import TIER_EXPLICIT, TIER_INFO, TIER_STRUCTURAL
 from sglang_dspark_plugin.errors import (
     CensusConflictError,
     InvalidCheckpointError,
     UnsupportedCheckpointError,
 )
-from sglang_dspark_plugin.releases import RELEASES
+from sglang_dspark_plugin.serving.releases import RELEASES
 
 RESOLVING = [f for f in RELEASED.values() if f.resolves]
 REFUSED = [f for f in RELEASED.values() if f.expect in ("unsupported", "invalid")]

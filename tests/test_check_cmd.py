@@ -102,7 +102,7 @@ def test_check_json_schema_on_the_embedded_models(
         p.name: (EMBEDDED.strategy(name), "census") for name, p in EMBEDDED.drafters.items()
     }
     # the embedded targets are graded per drafter: four each
-    from sglang_dspark_plugin.check_cmd import targets
+    from sglang_dspark_plugin.cli.check import targets
 
     graded = targets(report)
     assert len(graded) == 4 * len(DRAFTERS)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from sglang_dspark_plugin.cli.output import EXIT_BROKEN_PIPE, EXIT_OUTPUT_ERROR
 from sglang_dspark_plugin.embedded import EMBEDDED
-from sglang_dspark_plugin.output import EXIT_BROKEN_PIPE, EXIT_OUTPUT_ERROR
 
 ROOT = Path(__file__).resolve().parent.parent
 DRAFTER = str(EMBEDDED.drafters["dspark"])

@@ -19,15 +19,15 @@ from released_checkpoints import RELEASED
 
 from sglang_dspark_plugin import ENV_VAR
 from sglang_dspark_plugin.census import census
-from sglang_dspark_plugin.cli import main
-from sglang_dspark_plugin.declaration import (
+from sglang_dspark_plugin.census.declaration import (
     MASK_FILL,
     REFUSED,
     SHIFTED,
     declare,
     served_by,
 )
-from sglang_dspark_plugin.draft_config import TIER_EXPLICIT
+from sglang_dspark_plugin.census.draft_config import TIER_EXPLICIT
+from sglang_dspark_plugin.cli import main
 from sglang_dspark_plugin.embedded import EMBEDDED
 from sglang_dspark_plugin.errors import DsparkHarvestError
 
@@ -167,7 +167,7 @@ def test_the_engine_table_reads_each_key_where_each_release_reads_it():
 
 @pytest.mark.parametrize("drafter", sorted(EMBEDDED.drafters))
 def test_the_plugin_serves_a_declared_embedded_drafter_as_it_serves_the_source(tmp_path, drafter):
-    from sglang_dspark_plugin.inspect_cmd import inspect_checkpoint
+    from sglang_dspark_plugin.cli.inspect import inspect_checkpoint
 
     source = EMBEDDED.drafters[drafter]
     declare(census(source), tmp_path / drafter)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_dspark_plugin.doctor_env import plugins_setting
+from sglang_dspark_plugin.cli.doctor_env import plugins_setting
 
 ROOT = Path(__file__).resolve().parent.parent
 ESC = "\x1b"

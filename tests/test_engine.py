@@ -19,7 +19,7 @@ from sglang_dspark_plugin.engine.spec_decode import _rejection_sample
 from sglang_dspark_plugin.errors import InvalidCheckpointError
 from sglang_dspark_plugin.geometry import RoundGeometry
 from sglang_dspark_plugin.harvest import DsparkHarvest
-from sglang_dspark_plugin.offsets import (
+from sglang_dspark_plugin.probe.offsets import (
     ALIGNED,
     EARLY,
     INCONCLUSIVE,

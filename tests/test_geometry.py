@@ -7,7 +7,7 @@ import json
 import pytest
 
 from sglang_dspark_plugin import DflashCfg, DsparkHarvest, RoundGeometry, Signal, build_manifest
-from sglang_dspark_plugin.draft_config import TIER_STRUCTURAL
+from sglang_dspark_plugin.census.draft_config import TIER_STRUCTURAL
 from sglang_dspark_plugin.errors import GeometryError
 from sglang_dspark_plugin.geometry import MANIFEST_SCHEMA, manifest_json
 

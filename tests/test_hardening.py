@@ -25,11 +25,11 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from sglang_dspark_plugin import ENV_VAR, DsparkHarvest, check_cmd
-from sglang_dspark_plugin.architectures import FAMILY, SGLANG_DSPARK_ARM, family_of
-from sglang_dspark_plugin.capture import uncapturable_layers, uncapturable_message
+from sglang_dspark_plugin import ENV_VAR, DsparkHarvest
 from sglang_dspark_plugin.census import MAX_STATE_PICKLE_BYTES, census, training_state
-from sglang_dspark_plugin.checkpoint_files import MAX_CONFIG_BYTES, describe
+from sglang_dspark_plugin.census.architectures import FAMILY, SGLANG_DSPARK_ARM, family_of
+from sglang_dspark_plugin.checkpoint.files import MAX_CONFIG_BYTES, describe
+from sglang_dspark_plugin.cli import check as check_cmd
 from sglang_dspark_plugin.cli import main
 from sglang_dspark_plugin.embedded import EMBEDDED
 from sglang_dspark_plugin.errors import (
@@ -39,6 +39,7 @@ from sglang_dspark_plugin.errors import (
     InvalidCheckpointError,
     UsageError,
 )
+from sglang_dspark_plugin.serving.capture import uncapturable_layers, uncapturable_message
 
 DRAFT = {"architectures": ["DFlashDraftModel"], "block_size": 8, "num_target_layers": 8}
 

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from sglang_dspark_plugin.bounds import MAX_HEADER_TENSORS, MAX_TENSORS, METADATA_MEMBERS
 from sglang_dspark_plugin.census import census
-from sglang_dspark_plugin.checkpoint_files import read_index, read_safetensors_header
+from sglang_dspark_plugin.checkpoint.bounds import MAX_HEADER_TENSORS, MAX_TENSORS, METADATA_MEMBERS
+from sglang_dspark_plugin.checkpoint.files import read_index, read_safetensors_header
 from sglang_dspark_plugin.embedded import EMBEDDED
 from sglang_dspark_plugin.errors import InvalidCheckpointError
 
@@ -95,7 +95,7 @@ def test_an_index_of_too_many_tiny_entries_is_refused_before_it_is_parsed(tmp_pa
 
 
 def test_an_index_at_the_bound_is_read_and_its_shards_checked_once(tmp_path, monkeypatch):
-    import sglang_dspark_plugin.checkpoint_files as files
+    import sglang_dspark_plugin.checkpoint.files as files
 
     calls: list[str] = []
     real = files.PurePath
@@ -123,7 +123,7 @@ def test_a_header_of_too_many_tensors_is_refused_before_it_is_parsed(tmp_path):
 
 
 def test_the_tensors_of_all_shards_together_are_bounded(tmp_path, monkeypatch):
-    import sglang_dspark_plugin.bounds as bounds
+    import sglang_dspark_plugin.checkpoint.bounds as bounds
 
     monkeypatch.setattr(bounds, "MAX_TENSORS", 5)  # read at call time, so a small bound is enough here
     folder = tmp_path / "ckpt"
@@ -153,7 +153,7 @@ def test_a_target_config_is_bounded_by_its_weights_before_transformers_allocates
     import torch
     import transformers
 
-    from sglang_dspark_plugin import check_cmd
+    from sglang_dspark_plugin.cli import check as check_cmd
 
     target = Path(shutil.copytree(EMBEDDED.target, tmp_path / "target"))
     config = json.loads((target / "config.json").read_text())
@@ -183,7 +183,7 @@ def _draft(tmp_path: Path, name: str, **changes: Any) -> Path:
     ],
 )
 def test_layer_id_lists_are_bounded_before_they_are_read(tmp_path, changes):
-    from sglang_dspark_plugin.bounds import MAX_LAYER_IDS
+    from sglang_dspark_plugin.checkpoint.bounds import MAX_LAYER_IDS
 
     with pytest.raises(InvalidCheckpointError) as info:
         census(_draft(tmp_path, "ckpt", **changes))
@@ -200,7 +200,7 @@ def test_layer_id_lists_are_bounded_before_they_are_read(tmp_path, changes):
     ],
 )
 def test_a_setting_of_megabytes_never_becomes_evidence_in_a_log_line(tmp_path, capsys, changes):
-    from sglang_dspark_plugin.bounds import MAX_SIGNAL_CHARS
+    from sglang_dspark_plugin.checkpoint.bounds import MAX_SIGNAL_CHARS
     from sglang_dspark_plugin.cli import main
 
     folder = _draft(tmp_path, "ckpt", **changes)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sglang_dspark_plugin import ENV_VAR, DflashCfg, DsparkHarvest, Signal
-from sglang_dspark_plugin.draft_config import TIER_EXPLICIT, TIER_INFO, TIER_STRUCTURAL
+from sglang_dspark_plugin.census.draft_config import TIER_EXPLICIT, TIER_INFO, TIER_STRUCTURAL
 from sglang_dspark_plugin.errors import CensusConflictError, GeometryError, HarvestEnvError
 
 DFLASH, DSPARK = DsparkHarvest.DFLASH, DsparkHarvest.DSPARK

@@ -13,9 +13,9 @@ import pytest
 from checkpoints import FIXTURES, write_checkpoint
 
 from sglang_dspark_plugin.errors import DsparkHarvestError, InvalidCheckpointError
-from sglang_dspark_plugin.logsafe import RECORD_LIMIT, safe_logger
 from sglang_dspark_plugin.serving import LaunchRequest, SglangSupport, make_plan
 from sglang_dspark_plugin.serving.manifest import write_manifest
+from sglang_dspark_plugin.util.logsafe import RECORD_LIMIT, safe_logger
 
 FORGED = "\ndspark accept round=7 bs=1 accept_len=[9,9]"
 HOSTILE = [FORGED, "\rdspark accept ALARM", "\x1b[2J\x1b[Hdspark", "\u2028dspark accept round=1"]

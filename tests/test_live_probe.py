@@ -9,7 +9,7 @@ import pytest
 
 from sglang_dspark_plugin.errors import GeometryError, ProbeMismatchError, SettingsError
 from sglang_dspark_plugin.harvest import DsparkHarvest
-from sglang_dspark_plugin.live_probe import (
+from sglang_dspark_plugin.probe.live import (
     LiveProbe,
     ProbeSettings,
     VerifyRow,
@@ -17,9 +17,9 @@ from sglang_dspark_plugin.live_probe import (
     row_of_round,
     verify_row,
 )
-from sglang_dspark_plugin.live_verdict import DecisionRule, decide
-from sglang_dspark_plugin.logsafe import EscapeAndBound
-from sglang_dspark_plugin.offsets import ProbeCounts, ProbeRound, probe_counts
+from sglang_dspark_plugin.probe.offsets import ProbeCounts, ProbeRound, probe_counts
+from sglang_dspark_plugin.probe.verdict import DecisionRule, decide
+from sglang_dspark_plugin.util.logsafe import EscapeAndBound
 
 DFLASH, DSPARK = DsparkHarvest.DFLASH, DsparkHarvest.DSPARK
 EVERY_ROUND = ProbeSettings(rounds=10**9)

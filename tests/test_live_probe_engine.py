@@ -13,8 +13,8 @@ from sglang_dspark_plugin.embedded import DRAFTERS, EMBEDDED
 from sglang_dspark_plugin.engine import load_drafter, new_draft_model, speculative_generate
 from sglang_dspark_plugin.engine.live_feed import feed_batch
 from sglang_dspark_plugin.harvest import DsparkHarvest
-from sglang_dspark_plugin.live_probe import LiveProbe, ProbeSettings
-from sglang_dspark_plugin.offsets import ProbeCounts, probe_counts
+from sglang_dspark_plugin.probe.live import LiveProbe, ProbeSettings
+from sglang_dspark_plugin.probe.offsets import ProbeCounts, probe_counts
 
 TOKENS, PROMPTS = 48, 8  # enough for the default rule's 400 drafts (matched) and 2000 (no match)
 

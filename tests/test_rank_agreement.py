@@ -12,7 +12,7 @@ from checkpoints import FIXTURES, Fixture, write_checkpoint
 
 from sglang_dspark_plugin.geometry import RoundGeometry
 from sglang_dspark_plugin.harvest import DsparkHarvest
-from sglang_dspark_plugin.rank_agreement import (
+from sglang_dspark_plugin.serving.rank_agreement import (
     RankDisagreementError,
     check_rank_agreement,
     differing_keys,
@@ -143,7 +143,7 @@ def _served_values(hf_hub_cache: str, draft: str, cwd: str) -> dict:
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.chdir(cwd)  # "org/drafter" is not a local folder here
     from sglang_dspark_plugin.census import census
-    from sglang_dspark_plugin.rank_agreement import agreement_values
+    from sglang_dspark_plugin.serving.rank_agreement import agreement_values
 
     cfg = census(draft)
     resolution = DsparkHarvest.explain(cfg, environ={})

@@ -21,7 +21,7 @@ from plan_expectations import (
 )
 from released_checkpoints import RELEASED
 
-from sglang_dspark_plugin.architectures import DSPARK_ARCHITECTURES, SGLANG_DSPARK_ARM
+from sglang_dspark_plugin.census.architectures import DSPARK_ARCHITECTURES, SGLANG_DSPARK_ARM
 from sglang_dspark_plugin.errors import DsparkHarvestError, GeometryError
 from sglang_dspark_plugin.harvest import ENV_VAR, DsparkHarvest
 from sglang_dspark_plugin.serving import (

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_dspark_plugin.draft_config import TIER_STRUCTURAL, DflashCfg, Signal
+from sglang_dspark_plugin.census.draft_config import TIER_STRUCTURAL, DflashCfg, Signal
 from sglang_dspark_plugin.errors import GeometryError, HarvestEnvError, SettingsError
 from sglang_dspark_plugin.harvest import DsparkHarvest, Resolution
 from sglang_dspark_plugin.telemetry import ACCEPT_LOGGER, AcceptTelemetry, TelemetrySettings

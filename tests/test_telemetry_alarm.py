@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sglang_dspark_plugin.draft_config import TIER_STRUCTURAL, Signal
+from sglang_dspark_plugin.census.draft_config import TIER_STRUCTURAL, Signal
 from sglang_dspark_plugin.harvest import DsparkHarvest
 from sglang_dspark_plugin.telemetry import ACCEPT_LOGGER, AcceptTelemetry, TelemetrySettings
 

@@ -12,7 +12,7 @@ import pytest
 from test_live_probe import sequence
 
 from sglang_dspark_plugin.harvest import DsparkHarvest
-from sglang_dspark_plugin.live_probe import LiveProbe, ProbeSettings, request_anchor, row_of_round
+from sglang_dspark_plugin.probe.live import LiveProbe, ProbeSettings, request_anchor, row_of_round
 from sglang_dspark_plugin.telemetry import ACCEPT_LOGGER, AcceptTelemetry, DeferredRounds, TelemetrySettings
 
 GAMMA = 4

@@ -141,7 +141,7 @@ def test_metrics_work_in_prometheus_multiprocess_mode(tmp_path):
 
 
 def test_metrics_export_the_live_probes_matches_and_comparisons_per_offset():
-    from sglang_dspark_plugin.live_probe import LiveProbe, ProbeSettings, VerifyRow
+    from sglang_dspark_plugin.probe.live import LiveProbe, ProbeSettings, VerifyRow
 
     registry = CollectorRegistry()
     metrics = PrometheusMetrics(4, registry=registry, sync_every=1000, sync_interval_s=1e9)
@@ -169,7 +169,7 @@ def test_metrics_export_the_live_probes_matches_and_comparisons_per_offset():
 
 
 def test_metrics_export_what_the_plugin_holds_and_what_its_sweep_dropped():
-    from sglang_dspark_plugin.live_probe import LiveProbe, ProbeSettings, VerifyRow
+    from sglang_dspark_plugin.probe.live import LiveProbe, ProbeSettings, VerifyRow
 
     registry = CollectorRegistry()
     metrics = PrometheusMetrics(4, registry=registry, sync_every=1000, sync_interval_s=1e9)
@@ -194,7 +194,7 @@ def test_metrics_export_what_the_plugin_holds_and_what_its_sweep_dropped():
 
 
 def test_the_held_gauge_follows_a_finished_request_on_an_idle_server():
-    from sglang_dspark_plugin.live_probe import LiveProbe, ProbeSettings, VerifyRow
+    from sglang_dspark_plugin.probe.live import LiveProbe, ProbeSettings, VerifyRow
     from sglang_dspark_plugin.telemetry import DeferredRounds
 
     registry = CollectorRegistry()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from test_live_probe import EVERY_ROUND, drive, sequence
 
 from sglang_dspark_plugin.harvest import DsparkHarvest
-from sglang_dspark_plugin.live_probe import LiveProbe, VerifyRow
+from sglang_dspark_plugin.probe.live import LiveProbe, VerifyRow
 from sglang_dspark_plugin.telemetry import AcceptTelemetry, TelemetrySettings
 
 DFLASH = DsparkHarvest.DFLASH

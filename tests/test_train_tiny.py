@@ -352,7 +352,7 @@ def test_the_embedded_docstring_example_runs():
 
 
 def test_inspect_reports_each_embedded_drafters_convention():
-    from sglang_dspark_plugin.inspect_cmd import inspect_checkpoint
+    from sglang_dspark_plugin.cli.inspect import inspect_checkpoint
 
     for name, folder in EMBEDDED.drafters.items():
         strategy = EMBEDDED.strategy(name)

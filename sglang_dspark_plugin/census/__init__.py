@@ -4,7 +4,7 @@ It reads config.json, the safetensors headers (the 8 length bytes and the header
 the data), ``model.safetensors.index.json`` and, where one sits in the folder, the ``strategy`` field
 of a SpecForge ``training_state.pt`` (unpickled without loading a tensor). No tensor data is read
 and torch is never imported. Every file is checked to be a regular file before it is opened, and
-every read is bounded (``checkpoint_files``).
+every read is bounded (``checkpoint.files``).
 
 Signals come in tiers. Tier 1: explicit declarations. Tier 2: structural defaults. The highest tier
 that has votes decides; votes inside it must agree, otherwise ``DflashCfg.conflict`` says why (an
@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import os
 
-from ..architectures import DFLASH_ARCHITECTURES, DOMINO_ARCHITECTURES, DSPARK_ARCHITECTURES
-from ..bounds import bounded_evidence
-from ..draft_config import DflashCfg
+from ..checkpoint.bounds import bounded_evidence
+from .architectures import DFLASH_ARCHITECTURES, DOMINO_ARCHITECTURES, DSPARK_ARCHITECTURES
 from .decision import decide
 from .dialects import (
     deepseek_head_type,
@@ -32,6 +31,7 @@ from .dialects import (
     target_layer_count_key,
     torchspec_signals,
 )
+from .draft_config import DflashCfg
 from .fields import (
     read_architecture,
     read_block_size,
@@ -41,9 +41,9 @@ from .fields import (
     read_target_layers,
     speculative_token_signals,
 )
-from .files import INDEX, MARKOV_TABLES, read_config, read_tensor_names
 from .locate import CONFIG, resolve_checkpoint
 from .markov import read_markov_head
+from .reading import INDEX, MARKOV_TABLES, read_config, read_tensor_names
 from .rules import (
     DOMINO_MESSAGE,
     DOMINO_PREFIXES,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..draft_config import TIER_EXPLICIT, Signal, votes
-from ..reprs import short
+from ..util.reprs import short
+from .draft_config import TIER_EXPLICIT, Signal, votes
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import re
 
-from ..draft_config import TIER_INFO, TIER_STRUCTURAL, VOTE_DSPARK, Signal
 from ..errors import UnsupportedCheckpointError
+from .draft_config import TIER_INFO, TIER_STRUCTURAL, VOTE_DSPARK, Signal
 from .families import dspark_parts
 from .view import ConfigView
 

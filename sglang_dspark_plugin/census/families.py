@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..draft_config import TIER_STRUCTURAL, VOTE_DFLASH, VOTE_DSPARK, Signal
 from ..errors import UnsupportedCheckpointError
+from .draft_config import TIER_STRUCTURAL, VOTE_DFLASH, VOTE_DSPARK, Signal
 from .view import ConfigView
 
 DSPARK_CLASS = re.compile(r"^(?P<family>[A-Z][A-Za-z0-9]*)DSpark(?:Draft)?Model$")

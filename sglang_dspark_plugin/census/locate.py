@@ -14,7 +14,7 @@ import re
 import stat
 from pathlib import Path
 
-from ..checkpoint_files import MAX_CONFIG_BYTES, describe, printable, read_bounded, regular_file, stat_path
+from ..checkpoint.files import MAX_CONFIG_BYTES, describe, printable, read_bounded, regular_file, stat_path
 from ..errors import HubDownloadError, InvalidCheckpointError
 
 CONFIG = "config.json"

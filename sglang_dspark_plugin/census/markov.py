@@ -5,9 +5,9 @@ raw config or the tensors again."""
 
 from __future__ import annotations
 
-from ..draft_config import MarkovHead
-from ..tensor_headers import MARKOV_HEAD_PARAMETERS, MARKOV_W1
-from .files import TableShapes
+from ..checkpoint.headers import MARKOV_HEAD_PARAMETERS, MARKOV_W1
+from .draft_config import MarkovHead
+from .reading import TableShapes
 from .view import ConfigView
 
 HEAD_TYPES = ("vanilla", "gated", "rnn")

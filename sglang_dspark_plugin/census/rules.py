@@ -13,7 +13,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from ..architectures import (
+from ..errors import UnsupportedCheckpointError
+from ..util.reprs import jsonable, short
+from .architectures import (
     DFLASH_ARCHITECTURES,
     DOMINO_ARCHITECTURES,
     DSPARK_ARCHITECTURES,
@@ -21,10 +23,8 @@ from ..architectures import (
     FAMILY_DSPARK,
     family_of,
 )
-from ..draft_config import TIER_EXPLICIT, TIER_INFO, TIER_STRUCTURAL, VOTE_DFLASH, VOTE_DSPARK, Signal
-from ..errors import UnsupportedCheckpointError
-from ..reprs import jsonable, short
 from .dialects import torchspec_architecture_signal
+from .draft_config import TIER_EXPLICIT, TIER_INFO, TIER_STRUCTURAL, VOTE_DFLASH, VOTE_DSPARK, Signal
 from .families import family_signal
 from .training_state import MISSING, TRAINING_STATE
 from .view import ConfigView

@@ -11,7 +11,7 @@ import zipfile
 from pathlib import Path
 from typing import IO, Any
 
-from ..checkpoint_files import describe, open_regular, printable
+from ..checkpoint.files import describe, open_regular, printable
 from ..errors import InvalidCheckpointError
 from .state_pickle import DICT_TYPES
 from .state_pickle import StateUnpickler as _StateUnpickler

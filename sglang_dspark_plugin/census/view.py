@@ -10,10 +10,10 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from ..draft_config import Signal
 from ..errors import InvalidCheckpointError
-from ..reprs import jsonable, short
-from ..validation import is_int
+from ..util.reprs import jsonable, short
+from ..util.validation import is_int
+from .draft_config import Signal
 from .locate import CONFIG
 
 Sections = tuple[tuple[str, ...], ...]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..checkpoint_files import MAX_CONFIG_BYTES, describe, is_dir, read_json, regular_file, stat_path
+from ..checkpoint.files import MAX_CONFIG_BYTES, describe, is_dir, read_json, regular_file, stat_path
 from ..errors import UsageError, printable
 from ..harvest import ENV_VAR, DsparkHarvest
 

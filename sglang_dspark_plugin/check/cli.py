@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..commands import EXIT_OK, EXIT_REFUSED, add_command, emit, refuse
+from ..cli.commands import EXIT_OK, EXIT_REFUSED, add_command, emit, refuse
 from ..errors import DsparkHarvestError
 from .arguments import (
     DEFAULT_MAX_NEW_TOKENS,
@@ -35,7 +35,7 @@ from .text import format_report
 from .verdicts import EXIT_NOT_EXACT, exit_codes_text
 
 if TYPE_CHECKING:
-    from ..draft_config import DflashCfg
+    from ..census.draft_config import DflashCfg
 
 EPILOG = f"""examples:
   dspark-harvest check                                   the embedded tiny models, no download
@@ -152,7 +152,7 @@ def _show_progress(args: argparse.Namespace) -> bool:
 def _check_max_new_tokens(target: str, max_new_tokens: int) -> None:
     """``--max-new-tokens`` against the context the target's config.json declares, before any load (a
     folder that cannot be read is left to the target's loader to refuse)."""
-    from ..checkpoint_files import MAX_CONFIG_BYTES, read_json
+    from ..checkpoint.files import MAX_CONFIG_BYTES, read_json
     from ..engine.context import check_context, target_context
 
     try:

@@ -22,7 +22,7 @@ from .targets import grade
 from .verdicts import CONTRADICTS, INCONCLUSIVE, SERVE_AS_IS, exit_code, overall
 
 if TYPE_CHECKING:
-    from ..draft_config import DflashCfg
+    from ..census.draft_config import DflashCfg
     from .measure import Drafter, Run
 
 NO_FIT = 1.1

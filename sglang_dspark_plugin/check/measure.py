@@ -18,10 +18,10 @@ from .target import memory_guard
 if TYPE_CHECKING:
     import torch
 
-    from ..draft_config import DflashCfg
+    from ..census.draft_config import DflashCfg
     from ..engine.drafter import DFlashDraftModel
     from ..engine.spec_decode import Generation
-    from ..offsets import ProbeCounts, ProbeResult
+    from ..probe.offsets import ProbeCounts, ProbeResult
     from ..telemetry import AcceptTelemetry
 
 WARMUP_TOKENS = 8
@@ -63,7 +63,7 @@ def load_drafter_for(
 
 
 def _no_counts() -> ProbeCounts:
-    from ..offsets import ProbeCounts
+    from ..probe.offsets import ProbeCounts
 
     return ProbeCounts()
 
@@ -95,13 +95,13 @@ class Run:
     @property
     def probe(self) -> ProbeResult:
         """The offset probe's verdict on every draft counted so far."""
-        from ..offsets import verdict
+        from ..probe.offsets import verdict
 
         return verdict(self.counts, self.harvest)
 
     def add(self, gen: Generation, reference: list[int], prompt: list[int]) -> None:
         """Count one generation against the target's own greedy tokens ``reference``."""
-        from ..offsets import probe_counts
+        from ..probe.offsets import probe_counts
 
         self.seconds += gen.seconds
         self.tokens += len(gen.tokens)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..checkpoint_files import describe
+from ..checkpoint.files import describe
 from ..errors import UsageError, printable
 from .arguments import check_plot_path
 from .report import CheckReport

@@ -17,7 +17,7 @@ from .jsonform import json_schema, to_json
 from .verdicts import Verdict
 
 if TYPE_CHECKING:
-    from ..offsets import ProbeResult
+    from ..probe.offsets import ProbeResult
     from .measure import Run
 
 SCHEMA_VERSION = 2

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..checkpoint_files import (
+from ..checkpoint.files import (
     MAX_CONFIG_BYTES,
     describe,
     is_dir,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..commands import table_lines
+from ..cli.commands import table_lines
 from ..errors import printable
 from ..harvest import ENV_VAR
 from .report import CheckReport, DrafterInfo, RunRow
@@ -24,7 +24,7 @@ COLUMNS = (
 
 def _short_verdict(verdict: str) -> str:
     # the table column is narrow: the probe's own verdicts, abbreviated
-    from ..offsets import ALIGNED, EARLY, INCONCLUSIVE, LATE
+    from ..probe.offsets import ALIGNED, EARLY, INCONCLUSIVE, LATE
 
     short = {
         ALIGNED: "aligned",

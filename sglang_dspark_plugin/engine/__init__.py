@@ -6,7 +6,7 @@ checkpoint's weights, checked before and after they are read), ``markov`` the DS
 the checks that a drafter fits a target.
 """
 
-from ..offsets import ProbeResult, ProbeRound, offset_probe
+from ..probe.offsets import ProbeResult, ProbeRound, offset_probe
 from .drafter import DFlashDraftModel, DraftCache, load_drafter, new_draft_model
 from .fit import FittedDrafter, TargetShape, check_engine_can_draft, check_fits, fit_drafter
 from .spec_decode import (

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import UsageError
-from ..validation import is_int
+from ..util.validation import is_int
 
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
 """The names transformers configs give the context length, in the order they are looked up."""

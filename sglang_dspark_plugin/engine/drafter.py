@@ -30,7 +30,7 @@ from .preflight import check_model_settings, check_sizes_before_allocating
 from .weights import check_state_fits, head_keys, header_shapes, read_state_dict
 
 if TYPE_CHECKING:
-    from ..draft_config import DflashCfg
+    from ..census.draft_config import DflashCfg
 
 
 class DFlashDraftModel(nn.Module):

@@ -11,15 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..capture import uncapturable_message
 from ..errors import InvalidCheckpointError, MissingBlockSizeError, printable
+from ..serving.capture import uncapturable_message
 from .drafter import DFlashDraftModel, load_drafter
 from .formats import engine_config, export_format
 
 if TYPE_CHECKING:
     import torch
 
-    from ..draft_config import DflashCfg
+    from ..census.draft_config import DflashCfg
 
 MASK_TOKEN = "<|MASK|>"
 """sglang's mask token for a checkpoint that names no mask id: the target tokenizer's own."""

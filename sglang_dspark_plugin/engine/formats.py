@@ -26,7 +26,7 @@ from ..census.dialects import TORCHSPEC_MARKER, TORCHSPEC_WEIGHT_NAMES
 from ..errors import InvalidCheckpointError, UnsupportedCheckpointError, printable
 
 if TYPE_CHECKING:
-    from ..draft_config import DflashCfg
+    from ..census.draft_config import DflashCfg
 
 T = TypeVar("T")
 

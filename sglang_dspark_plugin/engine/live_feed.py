@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..live_probe import VerifyRow, row_of_round, verify_row
+from ..probe.live import VerifyRow, row_of_round, verify_row
 
 if TYPE_CHECKING:
-    from ..live_probe import LiveProbe, LiveVerdict
+    from ..probe.live import LiveProbe, LiveVerdict
     from .spec_decode import Generation
 
 

@@ -14,8 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..bounds import check_tensor_count
-from ..checkpoint_files import describe, read_index, read_safetensors_header, regular_file, shard_files
+from ..checkpoint.bounds import check_tensor_count
+from ..checkpoint.files import describe, read_index, read_safetensors_header, regular_file, shard_files
 from ..errors import InvalidCheckpointError, printable
 
 WEIGHTS_FILE = "model.safetensors"

@@ -27,7 +27,7 @@ import torch
 
 from ..geometry import RoundGeometry
 from ..harvest import DsparkHarvest
-from ..offsets import ProbeRound
+from ..probe.offsets import ProbeRound
 from ..telemetry import AcceptTelemetry, TelemetrySettings
 from .markov import draft_block
 

@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..checkpoint_files import describe
+from ..checkpoint.files import describe
 from ..errors import InvalidCheckpointError, UnsupportedCheckpointError, printable
 from .markov import MARKOV_HEAD_TYPES
 from .preflight import WEIGHTS_FILE, weight_files, weight_shapes
 
 if TYPE_CHECKING:
-    from ..draft_config import DflashCfg
+    from ..census.draft_config import DflashCfg
     from .formats import ExportFormat
 
 # Old SpecForge checkpoints wrote their heads under this prefix (SpecForge dflash.py normalises it too).

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..harvest import DsparkHarvest
-from ..live_verdict import decide
-from ..offsets import ProbeCounts
+from ..probe.offsets import ProbeCounts
+from ..probe.verdict import decide
 from ..telemetry.alarm import RollingAlarm
 from ..telemetry.counts import AcceptCounts
 from ..telemetry.settings import TelemetrySettings

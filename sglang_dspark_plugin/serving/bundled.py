@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..architectures import SGLANG_BUNDLED_DSPARK
+from ..census.architectures import SGLANG_BUNDLED_DSPARK
 from ..census.dialects import DEEPSEEK_STAGE_SIGNAL
+from ..census.draft_config import DflashCfg
 from ..census.locate import CONFIG
 from ..census.rules import SGLANG_BUNDLE_KEYS
-from ..checkpoint_files import printable, regular_file
-from ..draft_config import DflashCfg
+from ..checkpoint.files import printable, regular_file
 from ..errors import InvalidCheckpointError, UnsupportedCheckpointError
 from ..harvest import ENV_VAR, DsparkHarvest, Resolution
 from .layout import DSPARK, Layout

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..architectures import DSPARK_ARCHITECTURES
-from ..draft_config import DflashCfg
+from ..census.architectures import DSPARK_ARCHITECTURES
+from ..census.draft_config import DflashCfg
 from ..harvest import DsparkHarvest
-from ..releases import DFLASH, DSPARK
+from .releases import DFLASH, DSPARK
 
 
 @dataclass(frozen=True)

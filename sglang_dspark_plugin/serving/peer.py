@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint_files import MAX_CONFIG_BYTES, read_bounded
+from ..checkpoint.files import MAX_CONFIG_BYTES, read_bounded
 from ..errors import InvalidCheckpointError, printable
 from ..settings import PEER_MANIFEST
 from .refusals import ALGORITHM, ServeRefusal

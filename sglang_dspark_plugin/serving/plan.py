@@ -14,11 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from ..draft_config import DflashCfg
+from ..census.draft_config import DflashCfg
+from ..checkpoint.headers import content_fingerprint, tensor_headers
 from ..errors import DsparkHarvestError, GeometryError
 from ..geometry import BLOCK_SIZE_FLAGS, RoundGeometry, build_manifest
 from ..harvest import ENV_VAR, DsparkHarvest, Resolution
-from ..tensor_headers import content_fingerprint, tensor_headers
 from .bundled import (
     HUB_PATTERNS,
     KEYS,

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..architectures import DSPARK_ARCHITECTURES, SGLANG_DSPARK_ARM
-from ..capture import uncapturable_message
+from ..census.architectures import DSPARK_ARCHITECTURES, SGLANG_DSPARK_ARM
+from ..census.draft_config import DflashCfg
 from ..census.families import pattern_family
-from ..draft_config import DflashCfg
+from ..checkpoint.headers import tensor_headers
 from ..errors import DsparkHarvestError, InvalidCheckpointError, UnsupportedCheckpointError
 from ..harvest import ENV_VAR, Resolution
-from ..releases import BY_VERSION
-from ..tensor_headers import tensor_headers
-from ..validation import is_int
+from ..util.validation import is_int
+from .capture import uncapturable_message
 from .layout import DSPARK, Layout, architectures_of
+from .releases import BY_VERSION
 from .servability import unbuilt_reason, unloadable_layout
 
 if TYPE_CHECKING:

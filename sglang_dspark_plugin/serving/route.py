@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..architectures import SGLANG_BUNDLED_DSPARK, SGLANG_DENSE_DSPARK, SGLANG_DSPARK_ARM
-from ..draft_config import DflashCfg
+from ..census.architectures import SGLANG_BUNDLED_DSPARK, SGLANG_DENSE_DSPARK, SGLANG_DSPARK_ARM
+from ..census.draft_config import DflashCfg
 from .layout import DSPARK, Layout
 
 DFLASH_MODEL = "DFlashDraftModel"

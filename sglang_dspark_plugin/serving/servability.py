@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..architectures import SGLANG_DENSE_DSPARK, SGLANG_DSPARK_ARM
+from ..census.architectures import SGLANG_DENSE_DSPARK, SGLANG_DSPARK_ARM
 from ..census.dialects import TORCHSPEC_WEIGHT_NAMES
-from ..releases import BY_VERSION
 from .layout import DFLASH, Layout
+from .releases import BY_VERSION
 
 TORCHSPEC_NATIVE = tuple(TORCHSPEC_WEIGHT_NAMES)
 

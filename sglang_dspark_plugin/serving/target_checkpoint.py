@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..bounds import MAX_CONFIG_MEMBERS
-from ..capture import target_layer_count, target_vocab_size
 from ..census.locate import CONFIG, is_hub_id, resolve_checkpoint
-from ..checkpoint_files import MAX_CONFIG_BYTES, is_dir, read_json
+from ..checkpoint.bounds import MAX_CONFIG_MEMBERS
+from ..checkpoint.files import MAX_CONFIG_BYTES, is_dir, read_json
 from ..errors import HubDownloadError
+from .capture import target_layer_count, target_vocab_size
 
 if TYPE_CHECKING:
     from .request import LaunchRequest

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..architectures import SGLANG_DENSE_DSPARK
+from ..census.architectures import SGLANG_DENSE_DSPARK
 from ..errors import DsparkHarvestError, MissingBlockSizeError
 from .layout import DSPARK
 from .plan import ServePlan, make_plan

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..logsafe import safe_logger
-from ..releases import untested_warning
 from ..serving import ALGORITHM
+from ..serving.releases import untested_warning
+from ..util.logsafe import safe_logger
 from . import builtin, contract, hooks
 from .contract import FIX as _FIX
 from .resolution import require_plan

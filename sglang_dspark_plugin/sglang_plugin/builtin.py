@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import GeometryError
-from ..logsafe import safe_logger
 from ..serving import ALGORITHM, make_plan
+from ..util.logsafe import safe_logger
 from .contract import require_worker_contract
 from .resolution import (
     PLAN_ATTR,

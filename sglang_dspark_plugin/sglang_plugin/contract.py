@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from importlib import metadata
 
 from ..errors import DsparkHarvestError
-from ..releases import TESTED
 from ..serving import ALGORITHM
+from ..serving.releases import TESTED
 from .hooks import HOOK_CONTRACT
 from .resolution import adapter
 

@@ -23,11 +23,11 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
-from ..logsafe import safe_logger
 from ..serving import ALGORITHM, MANIFEST_ENV_VAR, LaunchRequest, ServePlan, ServeRefusal, SglangSupport
 from ..serving.manifest import write_manifest
 from ..serving.request import DFLASH_BLOCK_FLAG, DSPARK_BLOCK_FLAG, flag_field
 from ..serving.topology import arm_of, topology_line
+from ..util.logsafe import safe_logger
 
 logger = safe_logger("sglang_dspark_plugin.sglang_plugin")
 

@@ -15,12 +15,12 @@ from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
 from sglang.srt.speculative.dspark_components.dspark_worker_v2 import DSparkWorkerV2
 
 from ..errors import GeometryError
-from ..live_probe import LiveProbe, request_anchor
-from ..logsafe import safe_logger
-from ..rank_agreement import agreement_values, check_rank_agreement
+from ..probe.live import LiveProbe, request_anchor
 from ..serving import ServePlan
 from ..serving.layout import MASK_FILL, MASK_FILL_DSPARK, SHIFTED, Layout
 from ..serving.placement import AttentionRanks, telemetry_placement
+from ..serving.rank_agreement import agreement_values, check_rank_agreement
+from ..util.logsafe import safe_logger
 from .draft_routes import draft_route
 from .hooks import TARGET_CONTRACT
 from .resolution import announce, optional_arg, require_plan
@@ -232,7 +232,7 @@ class _HarvestWorkerMixin:
         return live
 
     def dspark_probe_round(self, committed: Any, result: Any, batch: Any, live: list[bool]) -> None:
-        """After sglang resolved a round: its snapshot for the live offset probe (``live_probe``),
+        """After sglang resolved a round: its snapshot for the live offset probe (``probe.live``),
         queued (``DeferredRounds``): each request's anchor and committed tokens, and the output rows
         on a sampled round only. No device work: sglang waited for its own copy before resolving."""
         rounds = self.dspark_rounds

@@ -9,13 +9,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..draft_config import Signal
+from ..census.draft_config import Signal
 from ..errors import ArgumentTypeError, GeometryError, HarvestEnvError
 from ..geometry import MAX_GAMMA
 from ..harvest import DsparkHarvest
-from ..logsafe import safe_logger
-from ..reprs import short
-from ..validation import is_int, require_type
+from ..util.logsafe import safe_logger
+from ..util.reprs import short
+from ..util.validation import is_int, require_type
 from .alarm import RollingAlarm
 from .context import ContextCounts, context_alarm_message
 from .counts import AcceptCounts

@@ -8,12 +8,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..draft_config import vote_list
+from ..census.draft_config import vote_list
 from ..harvest import ENV_VAR as HARVEST_ENV_VAR
 from ..harvest import DsparkHarvest
 
 if TYPE_CHECKING:
-    from ..draft_config import Signal
+    from ..census.draft_config import Signal
     from .counts import AcceptCounts
     from .settings import TelemetrySettings
 

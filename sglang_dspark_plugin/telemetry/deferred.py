@@ -22,11 +22,11 @@ import time
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..live_probe import observe_round
+from ..probe.live import observe_round
 from .settings import DEFAULT_DEFER_ROUNDS
 
 if TYPE_CHECKING:
-    from ..live_probe import LiveProbe
+    from ..probe.live import LiveProbe
     from .accept import AcceptTelemetry
 
 RoundSnapshot = tuple[

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..logsafe import safe_logger
+from ..util.logsafe import safe_logger
 from .settings import ACCEPT_LOGGER
 
 SyncMode = tuple[Callable[[], Any], Callable[[Any], None]]

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import GeometryError, SettingsError
 from ..geometry import MAX_GAMMA
-from ..offsets import ProbeCounts
-from ..reprs import short
-from ..validation import is_int
+from ..probe.offsets import ProbeCounts
+from ..util.reprs import short
+from ..util.validation import is_int
 
 if TYPE_CHECKING:
     from .counts import AcceptCounts

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import settings as table
-from ..validation import is_int
+from ..util.validation import is_int
 
 ACCEPT_LOGGER = "sglang_dspark_plugin.accept"
 """The dedicated logger: per-round lines, summaries, the alarm and geometry errors."""

@@ -9,7 +9,7 @@ import sys
 import pytest
 import sglang
 
-from sglang_dspark_plugin import cli
+from sglang_dspark_plugin.cli import parser as cli
 from sglang_dspark_plugin.sglang_plugin import contract, doctor, workers
 
 
@@ -96,8 +96,8 @@ def test_doctor_in_a_fresh_process() -> None:
 
 def test_cli_does_not_import_sglang() -> None:
     code = (
-        "import sys; from sglang_dspark_plugin import cli; cli.build_parser(); "
-        "import sglang_dspark_plugin.doctor_cmd, sglang_dspark_plugin.sglang_plugin; "
+        "import sys; from sglang_dspark_plugin.cli import parser; parser.build_parser(); "
+        "import sglang_dspark_plugin.cli.doctor, sglang_dspark_plugin.sglang_plugin; "
         "print(sorted(m for m in sys.modules if m == 'sglang' or m.startswith('sglang.')))"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

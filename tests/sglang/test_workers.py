@@ -39,7 +39,7 @@ from sglang.srt.speculative.dspark_components.dspark_worker_v2 import DSparkWork
 from transformers import PretrainedConfig
 
 from sglang_dspark_plugin.census import census
-from sglang_dspark_plugin.draft_config import MarkovHead
+from sglang_dspark_plugin.census.draft_config import MarkovHead
 from sglang_dspark_plugin.errors import (
     DsparkHarvestError,
     GeometryError,
@@ -48,7 +48,6 @@ from sglang_dspark_plugin.errors import (
 )
 from sglang_dspark_plugin.geometry import RoundGeometry
 from sglang_dspark_plugin.harvest import ENV_VAR, DsparkHarvest
-from sglang_dspark_plugin.releases import BY_VERSION
 from sglang_dspark_plugin.serving import (
     MASK_FILL,
     MASK_FILL_DSPARK,
@@ -58,6 +57,7 @@ from sglang_dspark_plugin.serving import (
     make_plan,
 )
 from sglang_dspark_plugin.serving.refusals import check_servable
+from sglang_dspark_plugin.serving.releases import BY_VERSION
 from sglang_dspark_plugin.serving.route import DFLASH_MODEL, DSPARK_MODEL, ZERO_HEAD, DraftRoute, ServedHead
 from sglang_dspark_plugin.sglang_plugin import resolution, workers
 from sglang_dspark_plugin.sglang_plugin.draft_model import HarvestDSparkDraftModel, prepare_dspark_arm_config

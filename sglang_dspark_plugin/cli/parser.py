@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from .errors import UsageError
+from ..errors import UsageError
 from .output import EXIT_BROKEN_PIPE, EXIT_OUTPUT_ERROR, OutputError, guarded_output, report_output_error
 
 EXIT_USAGE = 2
@@ -54,7 +54,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from .. import __version__
 
     parser = _Parser(
         prog="dspark-harvest",
@@ -65,9 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
 
-    from . import check_cmd, configs_cmd, declare_cmd, doctor_cmd, inspect_cmd, report_cmd
+    from . import check, configs, declare, doctor, inspect, report
 
-    for command in (inspect_cmd, check_cmd, declare_cmd, report_cmd, doctor_cmd, configs_cmd):
+    for command in (inspect, check, declare, report, doctor, configs):
         command.add_parser(sub)
     return parser
 

@@ -7,8 +7,8 @@ import argparse
 import sys
 from typing import Any
 
+from ..errors import DsparkHarvestError, UsageError
 from .commands import add_command, emit, refuse
-from .errors import DsparkHarvestError, UsageError
 
 EPILOG = """examples:
   dspark-harvest report server.log                    the rounds, the alarms, the probe, a verdict
@@ -44,8 +44,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Read, print, plot; the exit code is the verdict's."""
-    from .logreport import read_logs
-    from .logreport.render import plot, text
+    from ..logreport import read_logs
+    from ..logreport.render import plot, text
 
     try:
         report = read_logs(args.logs)

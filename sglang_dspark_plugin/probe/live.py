@@ -1,4 +1,4 @@
-"""The live offset probe: ``check``'s offset probe (``offsets``) on the rounds a server runs.
+"""The live offset probe: ``check``'s offset probe (``probe.offsets``) on the rounds a server runs.
 
 For a sample of verify rounds the probe keeps every draft with its position (draft j of a round
 anchored at p is for p+j); once the request has committed the tokens around them, it scores each draft
@@ -19,13 +19,13 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import eq
 
-from . import settings as table
-from .errors import GeometryError, ProbeMismatchError
-from .harvest import DsparkHarvest
-from .live_verdict import OFFSETS, DecisionRule, LiveVerdict, decide
-from .logsafe import safe_logger
+from .. import settings as table
+from ..errors import GeometryError, ProbeMismatchError
+from ..harvest import DsparkHarvest
+from ..util.logsafe import safe_logger
+from ..util.validation import is_int
 from .offsets import ProbeCounts
-from .validation import is_int
+from .verdict import OFFSETS, DecisionRule, LiveVerdict, decide
 
 logger = safe_logger("sglang_dspark_plugin.probe")
 

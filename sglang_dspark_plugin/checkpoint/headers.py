@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import InvalidCheckpointError
 from .bounds import check_tensor_count
-from .checkpoint_files import TensorInfo, list_dir, printable, read_safetensors_header
-from .errors import InvalidCheckpointError
+from .files import TensorInfo, list_dir, printable, read_safetensors_header
 
 FINGERPRINT_IGNORED_KEYS = ("_name_or_path",)
 """Config keys that name where a copy was saved rather than what it holds."""

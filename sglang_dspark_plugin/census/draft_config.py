@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import CensusConflictError, printable
 from .architectures import FAMILY_DFLASH, FAMILY_DSPARK
-from .errors import CensusConflictError, printable
 
 TIER_EXPLICIT = 1
 """Explicit declarations: sample_from_anchor, query_zero_predicts_next, dspark_bonus_anchor, ..."""

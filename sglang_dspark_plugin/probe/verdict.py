@@ -2,7 +2,7 @@
 
 ``decide`` names the offset the drafts match best once the counts are decisive (``DecisionRule``;
 docs/live-probe.md gives the measured rates behind its defaults), in the words of ``check``'s offline
-probe (``offsets``), with the harvest override when one fixes it.
+probe (``probe.offsets``), with the harvest override when one fixes it.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .harvest import ENV_VAR, DsparkHarvest
+from ..harvest import ENV_VAR, DsparkHarvest
 from .offsets import EARLY, LATE, ProbeCounts, misalignment, rates_text
 
 OFFSETS = (0, 1, -1)

@@ -31,12 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import CensusConflictError, UsageError
+from ..geometry import MAX_BLOCK_SIZE
 from .architectures import FAMILY_DFLASH, FAMILY_DSPARK, family_of
-from .census.decision import CONFLICT_FIX
-from .census.locate import CONFIG
+from .decision import CONFLICT_FIX
 from .draft_config import DflashCfg
-from .errors import CensusConflictError, UsageError
-from .geometry import MAX_BLOCK_SIZE
+from .locate import CONFIG
 
 SHIFTED = "shifted"
 MASK_FILL = "mask-fill"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .validation import is_int
+from ..util.validation import is_int
 
 DIRECT_CAPTURE: frozenset[str] = frozenset(
     {

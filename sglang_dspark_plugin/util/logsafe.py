@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from .errors import printable
+from ..errors import printable
 
 RECORD_LIMIT = 16_384
 """Characters per log record: the longest legitimate line (the manifest of a real drafter) is ~3,000."""

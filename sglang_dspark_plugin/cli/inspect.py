@@ -12,10 +12,10 @@ import json
 import sys
 from typing import Any, TextIO
 
-from .checkpoint_files import printable
+from ..census.draft_config import TIER_EXPLICIT, TIER_INFO, TIER_STRUCTURAL
+from ..checkpoint.files import printable
+from ..errors import DsparkHarvestError
 from .commands import EXIT_OK, EXIT_REFUSED, add_command, emit, refuse
-from .draft_config import TIER_EXPLICIT, TIER_INFO, TIER_STRUCTURAL
-from .errors import DsparkHarvestError
 
 TIER_NAMES = {TIER_EXPLICIT: "explicit", TIER_STRUCTURAL: "structural", TIER_INFO: "info"}
 DRAFT_FLAG = "--speculative-draft-model-path"
@@ -59,9 +59,9 @@ def inspect_checkpoint(
     A config without a block size still gets its harvest: the geometry fields that need the width
     are ``null`` and ``manifest`` is ``null`` (sglang takes the width from its block-size flag).
     """
-    from .capture import uncapturable_message
-    from .census import census
-    from .harvest import DsparkHarvest
+    from ..census import census
+    from ..harvest import DsparkHarvest
+    from ..serving.capture import uncapturable_message
 
     found = _bundled_in(path)
     if target is not None:
@@ -76,7 +76,7 @@ def inspect_checkpoint(
             cfg.target_layer_ids, cfg.num_target_layers, target_architecture=architecture
         )
         unservable = why or None
-    from .serving.request import LaunchRequest
+    from ..serving.request import LaunchRequest
 
     report = _report(cfg, resolution, geometry_json, manifest, unservable)
     env = _harvest_env(environ)
@@ -93,7 +93,7 @@ def inspect_checkpoint(
 
 def _geometry(cfg: Any, resolution: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """The round geometry's report fields and the manifest (``None`` without a block size)."""
-    from .geometry import BLOCK_SIZE_FLAGS, RoundGeometry, build_manifest
+    from ..geometry import BLOCK_SIZE_FLAGS, RoundGeometry, build_manifest
 
     if cfg.block_size is None:
         geometry_json: dict[str, Any] = {
@@ -114,8 +114,8 @@ def _bundled_in(path: str) -> tuple[Any, Any] | None:
 
     A config whose ``architectures[0]`` is a DFlash-family draft class is a draft, whatever keys it
     carries: a launch names it as ``--speculative-draft-model-path``, never as the target."""
-    from .architectures import family_of
-    from .serving.bundled import bundled_in
+    from ..census.architectures import family_of
+    from ..serving.bundled import bundled_in
 
     try:
         found = bundled_in(path)
@@ -128,7 +128,7 @@ def _require_local_target(target: str, *, bundling: bool) -> None:
     """``--target`` names a local folder (inspect never downloads), for a draft named by its path."""
     import os
 
-    from .errors import UsageError
+    from ..errors import UsageError
 
     if bundling:
         raise UsageError(
@@ -145,8 +145,8 @@ def _require_local_target(target: str, *, bundling: bool) -> None:
 
 
 def _harvest_env(environ: dict[str, str] | None) -> str | None:
-    from .harvest import ENV_VAR
-    from .validation import require_environ
+    from ..harvest import ENV_VAR
+    from ..util.validation import require_environ
 
     return require_environ(environ, "inspect_checkpoint(environ=...)").get(ENV_VAR)
 
@@ -154,9 +154,9 @@ def _harvest_env(environ: dict[str, str] | None) -> str | None:
 def _per_release(request: Any) -> tuple[tuple[Any, ...], list[str]]:
     """What each tested sglang release serves for the launch ``request``: the serving plan itself
     decides (``serving.verdict``), and the advice its plans would log."""
-    from .releases import TESTED
-    from .serving import SglangSupport
-    from .serving.verdict import release_verdict
+    from ..serving import SglangSupport
+    from ..serving.releases import TESTED
+    from ..serving.verdict import release_verdict
 
     served = tuple(release_verdict(request, SglangSupport.for_version(v)) for v in TESTED)
     advice: list[str] = []
@@ -167,9 +167,9 @@ def _per_release(request: Any) -> tuple[tuple[Any, ...], list[str]]:
 
 def _bundled_json(path: str, bundled: Any) -> dict[str, Any]:
     """Where the bundled draft lives and which tested releases look for it there."""
-    from .releases import TESTED
-    from .serving.bundled import KEYS
-    from .serving.request import SglangSupport
+    from ..serving.bundled import KEYS
+    from ..serving.releases import TESTED
+    from ..serving.request import SglangSupport
 
     looks = [v for v in TESTED if bundled.form == KEYS or SglangSupport.for_version(v).dspark_subfolder]
     return {

@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, TypeGuard
 
-from .errors import ArgumentTypeError
+from ..errors import ArgumentTypeError
 
 
 def is_int(value: object) -> TypeGuard[int]:

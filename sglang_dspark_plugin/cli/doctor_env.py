@@ -13,7 +13,7 @@ import sys
 from importlib import metadata
 from typing import Any
 
-from .errors import printable
+from ..errors import printable
 
 PLUGINS_VAR = "SGLANG_PLUGINS"  # sglang's whitelist of general plugins, by entry-point name
 PACKAGES = ("transformers", "huggingface_hub", "safetensors")

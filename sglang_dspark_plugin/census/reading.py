@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..bounds import MAX_CONFIG_MEMBERS, check_layer_id_lists, check_tensor_count
-from ..checkpoint_files import (
+from ..checkpoint.bounds import MAX_CONFIG_MEMBERS, check_layer_id_lists, check_tensor_count
+from ..checkpoint.files import (
     MAX_CONFIG_BYTES,
     list_dir,
     printable,

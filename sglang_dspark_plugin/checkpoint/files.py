@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import IO, Any
 
+from ..errors import CensusConflictError, InvalidCheckpointError, printable
 from .bounds import (
     MAX_HEADER_TENSORS,
     MAX_TENSORS,
@@ -25,7 +26,6 @@ from .bounds import (
     check_metadata,
     tensor_entry,
 )
-from .errors import CensusConflictError, InvalidCheckpointError, printable
 
 MAX_CONFIG_BYTES = 16 * 2**20
 """config.json, generation_config.json, ...: real ones are a few KiB (the largest seen, with a

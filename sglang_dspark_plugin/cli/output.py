@@ -2,7 +2,7 @@
 
 ``guarded_output()`` wraps stdout and stderr for the length of a command: a character the stream's
 encoding cannot hold is written as a backslash escape, and a failing write becomes ``OutputError``,
-which ``cli.main`` turns into an exit code (a closed pipe silently, as ``head`` expects; any other write
+which ``parser.main`` turns into an exit code (a closed pipe silently, as ``head`` expects; any other write
 error with one line on stderr).
 """
 

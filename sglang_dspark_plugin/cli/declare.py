@@ -1,5 +1,5 @@
 """``dspark-harvest declare DRAFT --out DIR``: a copy of a draft whose config.json states the census's
-decision in the keys other engines read (``declaration``); the source is never modified."""
+decision in the keys other engines read (``census.declaration``); the source is never modified."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import argparse
 import sys
 from typing import Any
 
+from ..errors import DsparkHarvestError
 from .commands import EXIT_OK, add_command, emit, refuse, table_lines
-from .errors import DsparkHarvestError
 
 EPILOG = """examples:
   dspark-harvest declare path/to/draft --out path/to/draft-declared
@@ -45,8 +45,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Declare, then print what was written and what each engine serves before and after."""
-    from .census import census
-    from .declaration import declare
+    from ..census import census
+    from ..census.declaration import declare
 
     try:
         report = declare(census(args.path), args.out, block_size=args.block_size, copy_files=args.copy)

@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from .errors import InvalidCheckpointError, printable
+from ..errors import InvalidCheckpointError, printable
 
 if TYPE_CHECKING:
-    from .draft_config import Signal
+    from ..census.draft_config import Signal
 
 MAX_TENSORS = 500_000
 """Tensors one checkpoint may name, over its index and every safetensors header. The largest

@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..errors import UsageError, printable
 from .commands import EXIT_OK, add_command, emit, refuse
-from .errors import UsageError, printable
 
-CONFIGS = Path(__file__).resolve().parent / "configs"
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
 
 def shipped() -> dict[str, Path]:

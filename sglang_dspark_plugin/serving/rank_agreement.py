@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
-from .errors import DsparkHarvestError
-from .harvest import ENV_VAR
+from ..errors import DsparkHarvestError
+from ..harvest import ENV_VAR
 
 if TYPE_CHECKING:
-    from .draft_config import DflashCfg
-    from .geometry import RoundGeometry
-    from .harvest import Resolution
+    from ..census.draft_config import DflashCfg
+    from ..geometry import RoundGeometry
+    from ..harvest import Resolution
 
 
 class RankDisagreementError(DsparkHarvestError):
@@ -68,7 +68,7 @@ def agreement_values(
     from the safetensors headers), never by the folder it resolved to: two nodes whose Hugging Face
     caches sit at different paths hold the same checkpoint in different folders.
     """
-    from .tensor_headers import content_fingerprint, tensor_headers
+    from ..checkpoint.headers import content_fingerprint, tensor_headers
 
     return {
         "harvest": resolution.harvest.name(),

@@ -18,9 +18,9 @@ import warnings as warnings_module
 from collections.abc import Iterator
 from typing import Any
 
+from ..errors import printable
 from .commands import EXIT_OK, add_command, emit
 from .doctor_env import PLUGINS_VAR, environment, plugins_setting, unreadable_distributions
-from .errors import printable
 
 EXIT_PROBLEM = 1
 
@@ -69,7 +69,7 @@ def _sglang_logs(errors: list[str], warnings: list[str]) -> Iterator[None]:
 
 def _unreadable_report(exc: Exception) -> dict[str, Any]:
     """The report when sglang's install cannot even be read."""
-    from .sglang_plugin.contract import SUPPORTED_SGLANG
+    from ..sglang_plugin.contract import SUPPORTED_SGLANG
 
     return {
         "sglang": None,
@@ -88,7 +88,7 @@ def _unreadable_report(exc: Exception) -> dict[str, Any]:
 
 def doctor(entry_point_name: str) -> dict[str, Any]:
     """The doctor's whole report: the sglang glue's, with the environment and SGLANG_PLUGINS."""
-    from .sglang_plugin.doctor import doctor_report
+    from ..sglang_plugin.doctor import doctor_report
 
     errors: list[str] = []
     warnings: list[str] = []
@@ -114,7 +114,7 @@ def doctor(entry_point_name: str) -> dict[str, Any]:
 
 def format_text(report: dict[str, Any]) -> str:
     """The environment lines, then the sglang glue's own text, every line escaped."""
-    from .sglang_plugin.doctor import format_report
+    from ..sglang_plugin.doctor import format_report
 
     lines = [f"{name}: {value}" for name, value in report["environment"].items()]
     plugins = report["sglang_plugins"]
@@ -128,7 +128,7 @@ def format_text(report: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run the doctor and print its report; returns the exit code."""
-    from .sglang_plugin.doctor import ENTRY_POINT_NAME
+    from ..sglang_plugin.doctor import ENTRY_POINT_NAME
 
     report = doctor(ENTRY_POINT_NAME)
     emit(sys.stdout, args.json, lambda: report, lambda: format_text(report), sort_keys=True)

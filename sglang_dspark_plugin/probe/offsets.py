@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import astuple, dataclass
 from typing import Any
 
-from .harvest import DsparkHarvest
+from ..harvest import DsparkHarvest
 
 ALIGNED = "aligned"
 LATE = "drafts one position late: the drafter looks shifted (dspark)"

@@ -1,0 +1,1 @@
+"""Reading a checkpoint without its tensors: files and folders, safetensors headers, the bounds."""

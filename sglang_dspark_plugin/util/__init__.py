@@ -1,0 +1,1 @@
+"""Small shared helpers: the safe logger, bounded reprs, integer checks."""
