@@ -574,11 +574,11 @@ def validate_deployment(args: argparse.Namespace) -> tuple[int, dict[str, Any], 
             else:
                 command = server_command(args, run, cpu_flags)
                 out = serve_outcome(args, run.name, command, {}, prompts, True, "text", params, env)
-            results[run.name] = vd.Served(out, out.log)
+            results[run.name] = vd.RunResult(out, out.log)
         except Exception as err:  # noqa: BLE001 - one failed configuration is reported, not fatal
             path = Path(args.workdir) / (f"{run.name}.decode.log" if run.pd else f"{run.name}.log")
             log = path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
-            results[run.name] = vd.Served(None, log, f"{type(err).__name__}: {err}")
+            results[run.name] = vd.RunResult(None, log, f"{type(err).__name__}: {err}")
         print(f"[gpu_validate] {run.name}: {results[run.name].error or 'served'}", flush=True)
     checks = vd.evaluate(runs, results, arm)
     report = {

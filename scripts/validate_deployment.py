@@ -61,7 +61,7 @@ class RunSpec:
 
 
 @dataclass
-class Served:
+class RunResult:
     """What one run produced (``outcome`` None when it did not serve)."""
 
     outcome: sc.Outcome | None
@@ -157,7 +157,7 @@ def build_pd_runs(runs: list[RunSpec], census_arm: str | None, manifest: str) ->
     ]
 
 
-def pd_checks(runs: list[RunSpec], results: dict[str, Served], census_arm: str | None) -> list[sc.Check]:
+def pd_checks(runs: list[RunSpec], results: dict[str, RunResult], census_arm: str | None) -> list[sc.Check]:
     """The 1P1D pairs: the plugin's pair serves as the builtin's (tokens alone and batched, the decode
     side's verify rounds and accept lengths), its decode log agrees with ``meta_info``, and the decode
     server forced to the other arm refuses, naming the prefill server's manifest."""
@@ -252,7 +252,7 @@ def log_checks(name: str, got: sc.Outcome, gamma: int | None) -> list[sc.Check]:
     return checks + [sc.Check(f"{name}: {c.name}", c.ok, c.detail) for c in batched]
 
 
-def arm_checks(run: RunSpec, got: Served, census_arm: str | None) -> list[sc.Check]:
+def arm_checks(run: RunSpec, got: RunResult, census_arm: str | None) -> list[sc.Check]:
     """Alarm, live probe and resolved harvest of a plugin run."""
     out = got.outcome
     assert out is not None
@@ -278,7 +278,7 @@ def arm_checks(run: RunSpec, got: Served, census_arm: str | None) -> list[sc.Che
     return checks
 
 
-def evaluate(runs: list[RunSpec], results: dict[str, Served], census_arm: str | None) -> list[sc.Check]:
+def evaluate(runs: list[RunSpec], results: dict[str, RunResult], census_arm: str | None) -> list[sc.Check]:
     """Every check, as ``served_cases.Check``."""
     checks: list[sc.Check] = []
     for run in (r for r in runs if not r.pd):
@@ -324,7 +324,7 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
-def information(runs: list[RunSpec], results: dict[str, Served]) -> dict[str, Any]:
+def information(runs: list[RunSpec], results: dict[str, RunResult]) -> dict[str, Any]:
     """Exactness against no speculation (a prefix statistic), the plugin's host cost, sync debug."""
     base = results.get("baseline")
     info: dict[str, Any] = {"exact_vs_no_speculation": {}, "host_cost": {}, "sync_debug": {}}
@@ -355,7 +355,7 @@ def information(runs: list[RunSpec], results: dict[str, Served]) -> dict[str, An
     return info
 
 
-def accept_table(runs: list[RunSpec], results: dict[str, Served]) -> list[dict[str, Any]]:
+def accept_table(runs: list[RunSpec], results: dict[str, RunResult]) -> list[dict[str, Any]]:
     rows = []
     for run in runs:
         got = results.get(run.name)
@@ -379,7 +379,7 @@ __all__ = [
     "ARMS",
     "VALIDATION_ENV",
     "RunSpec",
-    "Served",
+    "RunResult",
     "accept_table",
     "build_pd_runs",
     "build_runs",

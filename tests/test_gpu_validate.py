@@ -161,20 +161,20 @@ def _runs() -> list:
     ]
 
 
-def _served(rounds, tokens, startup="dflash", builtin=False) -> vd.Served:
+def _served(rounds, tokens, startup="dflash", builtin=False) -> vd.RunResult:
     got = outcome(rounds, 7, tokens)
     if builtin:
         got.log = ""
     else:
         got.log = f"[x] DSPARK_HARVEST: harvest={startup} (DFLASH semantics) from census\n" + got.log
-    return vd.Served(got, got.log)
+    return vd.RunResult(got, got.log)
 
 
 def test_evaluate_passes_identical_arms_and_fails_each_broken_one() -> None:
     tokens = [[5] * 7, [6] * 7]
     good_rounds, bad_rounds = [[2, 2], [1, 1, 1]], [[0] * 6, [0] * 6]
     results = {
-        "baseline": vd.Served(sc.Outcome(tokens, [{}, {}], ""), ""),
+        "baseline": vd.RunResult(sc.Outcome(tokens, [{}, {}], ""), ""),
         "plugin-auto": _served(good_rounds, tokens),
         "builtin-dflash": _served(good_rounds, tokens, builtin=True),
         "plugin-dspark": _served(bad_rounds, tokens, startup="dspark"),
@@ -200,7 +200,7 @@ def test_evaluate_passes_identical_arms_and_fails_each_broken_one() -> None:
         c.name for c in vd.evaluate(_runs(), broken, "dflash") if not c.ok
     }
     broken = dict(results)
-    broken["plugin-dspark"] = vd.Served(None, "Traceback ...", "RuntimeError: server exited")
+    broken["plugin-dspark"] = vd.RunResult(None, "Traceback ...", "RuntimeError: server exited")
     assert "plugin-dspark: served" in {c.name for c in vd.evaluate(_runs(), broken, "dflash") if not c.ok}
 
 
@@ -208,7 +208,7 @@ def test_a_refused_arm_passes_only_when_the_server_refused_it() -> None:
     runs = [
         vd.RunSpec("plugin-dflash", ["--speculative-algorithm", "DSPARK_HARVEST"], {}, "dflash", True, "no")
     ]
-    refused = vd.Served(None, "DSPARK_HARVEST: ... refused", "RuntimeError: exited")
+    refused = vd.RunResult(None, "DSPARK_HARVEST: ... refused", "RuntimeError: exited")
     assert [c.ok for c in vd.evaluate(runs, {"plugin-dflash": refused}, "dspark")] == [True]
     served = _served([[1]], [[1, 2]])
     assert [c.ok for c in vd.evaluate(runs, {"plugin-dflash": served}, "dspark")] == [False]
@@ -217,7 +217,7 @@ def test_a_refused_arm_passes_only_when_the_server_refused_it() -> None:
 def test_information_reports_exactness_as_a_prefix_statistic() -> None:
     tokens = [[1, 2, 3, 4], [5, 6, 7, 8]]
     results = {
-        "baseline": vd.Served(sc.Outcome(tokens, [{}, {}], ""), ""),
+        "baseline": vd.RunResult(sc.Outcome(tokens, [{}, {}], ""), ""),
         "plugin-auto": _served([[3], [3]], [[1, 2, 3, 4], [5, 6, 0, 0]]),
     }
     info = vd.information(_runs()[:2], results)["exact_vs_no_speculation"]["plugin-auto"]
@@ -485,7 +485,7 @@ def test_a_bundled_deployment_against_a_stand_in_server(tmp_path: Path) -> None:
     log = (tmp_path / "runs" / "plugin-auto.log").read_text()
     named = log.replace(" (" + str(auto.bundled) + ")", "")
     assert named != log
-    got = vd.Served(sc.Outcome([], [], named), named)
+    got = vd.RunResult(sc.Outcome([], [], named), named)
     assert not {c.name: c.ok for c in vd.arm_checks(auto, got, "dspark")}[described]
 
 

@@ -14,9 +14,9 @@ from .report import (
     ProbeRow,
     Recommendation,
     RunRow,
-    Served,
     Settings,
     TargetResult,
+    WouldServe,
 )
 from .targets import grade
 from .verdicts import CONTRADICTS, INCONCLUSIVE, SERVE_AS_IS, exit_code, overall
@@ -29,7 +29,7 @@ NO_FIT = 1.1
 """Below this accept length under both harvests, neither fits: the drafter does not fit the target."""
 
 
-def _advice(verdict: str, best: DsparkHarvest, drafter: Drafter, now: Served, measured: str) -> str:
+def _advice(verdict: str, best: DsparkHarvest, drafter: Drafter, now: WouldServe, measured: str) -> str:
     if verdict == INCONCLUSIVE:
         return f"inconclusive ({measured}): decode more prompts (--prompt, up to all --num-prompts) to decide"
     if verdict == SERVE_AS_IS:
@@ -48,7 +48,7 @@ def _advice(verdict: str, best: DsparkHarvest, drafter: Drafter, now: Served, me
     return f"DSPARK_HARVEST {served} but {best.name()} accepts more ({measured}){why}; {fix}"
 
 
-def recommend(drafter: Drafter, runs: list[Run], now: Served) -> Recommendation:
+def recommend(drafter: Drafter, runs: list[Run], now: WouldServe) -> Recommendation:
     """The verdict on one drafter: the paired comparison of its two runs against what is served now."""
     mine = {r.harvest: r for r in runs if r.drafter is drafter}
     lengths = {h: r.telemetry.counts.mean_accept_length() or 1.0 for h, r in mine.items()}
@@ -85,13 +85,13 @@ def recommend(drafter: Drafter, runs: list[Run], now: Served) -> Recommendation:
     )
 
 
-def served(name: str, cfg: DflashCfg, env_value: str | None) -> Served:
+def served(name: str, cfg: DflashCfg, env_value: str | None) -> WouldServe:
     """What ``DSPARK_HARVEST`` would serve for this drafter with this environment, or why it refuses."""
     try:
         resolution = Resolution.of(cfg, env_value)
     except CensusConflictError as exc:
-        return Served(name, env_value, None, None, exc.message)
-    return Served(name, env_value, resolution.harvest.name(), resolution.source, None)
+        return WouldServe(name, env_value, None, None, exc.message)
+    return WouldServe(name, env_value, resolution.harvest.name(), resolution.source, None)
 
 
 def served_by_sglang(cfg: DflashCfg, env_value: str | None) -> dict[str, Any]:

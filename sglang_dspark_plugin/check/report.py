@@ -181,7 +181,7 @@ class ProbeRow(JsonRecord):
 
 
 @dataclass(frozen=True)
-class Served(JsonRecord):
+class WouldServe(JsonRecord):
     """What ``--speculative-algorithm DSPARK_HARVEST`` would serve for a drafter now, or why it refuses."""
 
     drafter: str
@@ -228,7 +228,7 @@ class CheckReport(JsonRecord):
     drafters: Sequence[DrafterInfo]
     recommendations: Sequence[Recommendation]
     probes: Sequence[ProbeRow]
-    served: Sequence[Served]
+    served: Sequence[WouldServe]
     targets: Sequence[TargetResult]  # graded for every report; the text shows them for the embedded models
     settings: Settings
 
@@ -251,7 +251,7 @@ __all__ = [
     "DrafterInfo",
     "Recommendation",
     "ProbeRow",
-    "Served",
+    "WouldServe",
     "TargetResult",
     "Settings",
     "CheckReport",

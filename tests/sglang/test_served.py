@@ -87,7 +87,7 @@ def reference(target, prompts, drafters) -> Reference:
     return Reference(target, prompts, drafters)
 
 
-class Served:
+class ServedRuns:
     """Each run served once per module, on demand, as a ``served_cases.Outcome``."""
 
     def __init__(self, prompts, drafters) -> None:
@@ -120,8 +120,8 @@ class Served:
 
 
 @pytest.fixture(scope="module")
-def served(prompts, drafters) -> Served:
-    return Served(prompts, drafters)
+def served(prompts, drafters) -> ServedRuns:
+    return ServedRuns(prompts, drafters)
 
 
 def case(name: str) -> sc.Case:

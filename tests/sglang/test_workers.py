@@ -543,7 +543,9 @@ def test_sync_debug_wraps_the_plugin_work_in_the_error_mode(tmp_path, monkeypatc
     telemetry = worker.dspark_telemetry
     original = telemetry.on_verify_complete
     monkeypatch.setattr(
-        telemetry, "on_verify_complete", lambda v, at=None: (seen.append(modes[-1]), original(v, at=at))
+        telemetry,
+        "on_verify_complete",
+        lambda v, at=None, contexts=None: (seen.append(modes[-1]), original(v, at=at, contexts=contexts)),
     )
     worker.on_verify_complete_cpu([1], batch_size=1)  # queued under the mode, restored after
     assert seen == [] and modes == ["default", "error", "default"]
