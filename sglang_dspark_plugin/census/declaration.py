@@ -142,13 +142,14 @@ class Declaration:
     out: str
     harvest: str  # "dflash" | "dspark", the census's decision
     config: dict[str, Any]
+    source_config: dict[str, Any]  # the source's config.json, as the census read it
     written: dict[str, Any]  # key path -> value, only the keys the source lacked or had otherwise
     files: int  # the other files, linked or copied
     copied: bool
 
     def to_json(self) -> dict[str, Any]:
         """The ``--json`` report: keys written, the layout each engine served before and serves after."""
-        before = {row["engine"]: row["serves"] for row in served_by(self.source_config())}
+        before = {row["engine"]: row["serves"] for row in served_by(self.source_config)}
         layout = LAYOUT_OF[self.harvest]
         engines = [
             {**row, "before": before[row["engine"]], "right": row["serves"] == layout}
@@ -164,11 +165,6 @@ class Declaration:
             "files_are": "copied" if self.copied else "linked to the source's",
             "engines": engines,
         }
-
-    def source_config(self) -> dict[str, Any]:
-        """The source's config.json, read again (the declaration never changes it)."""
-        loaded: dict[str, Any] = json.loads((Path(self.source) / CONFIG).read_text(encoding="utf-8"))
-        return loaded
 
 
 def declared_config(cfg: DflashCfg, block_size: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -245,7 +241,9 @@ def declare(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return Declaration(cfg.path, os.fspath(out), str(cfg.verdict), config, written, files, copy_files)
+    return Declaration(
+        cfg.path, os.fspath(out), str(cfg.verdict), config, cfg.raw, written, files, copy_files
+    )
 
 
 def _require_new_folder(source: Path, target: Path) -> None:

@@ -1,7 +1,8 @@
 """sglang's own time per decode round, measured from the test side (benchmarks only; no sglang edit).
 
-Enabled in a served process by ``DSPARK_BENCH_TIMING=1`` (``sitecustomize``). It wraps two of sglang's
-own methods once their modules are imported:
+Enabled in a served process by ``DSPARK_BENCH_TIMING=1`` beside ``DSPARK_CPU_PATCHES=1``
+(``sitecustomize``). It wraps two of sglang's own methods once their modules are imported (registered
+as patches of ``dspark_cpu_patches``, whose import hook applies them):
 
 * ``ModelRunner.forward``: every forward pass (the target's verify and the drafter's) is timed, and the
   time summed since the last round;
@@ -21,8 +22,6 @@ scheduler's thread, so a round is its forward plus its host time; on a GPU the t
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import os
 import statistics
 import sys
@@ -35,7 +34,6 @@ _MODULES = {
     "sglang.srt.managers.scheduler_components.batch_result_processor": "_processor",
 }
 _state = {"forward": 0.0, "last": None, "rounds": []}
-_done: set[str] = set()
 
 
 def _runner(mod: Any) -> None:
@@ -79,36 +77,9 @@ def _processor(mod: Any) -> None:
     processor.process_batch_result_decode = process_batch_result_decode
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname not in _MODULES or fullname in _done:
-            return None
-        sys.meta_path.remove(self)
-        try:
-            spec = importlib.util.find_spec(fullname)
-        finally:
-            sys.meta_path.insert(0, self)
-        if spec is None or spec.loader is None:
-            return None
-        exec_module = spec.loader.exec_module
-
-        def exec_and_patch(module: Any) -> None:
-            exec_module(module)
-            _apply(fullname, module)
-
-        spec.loader.exec_module = exec_and_patch  # type: ignore[method-assign]
-        return spec
-
-
-def _apply(name: str, module: Any) -> None:
-    if name not in _done:
-        _done.add(name)
-        globals()[_MODULES[name]](module)
-
-
 def install() -> None:
-    """Wrap now (modules already imported) or on import."""
-    sys.meta_path.insert(0, _Finder())
-    for name in _MODULES:
-        if name in sys.modules:
-            _apply(name, sys.modules[name])
+    """Wrap now (modules already imported) or on import, through the CPU patches' own import hook."""
+    import dspark_cpu_patches
+
+    for name, fn in _MODULES.items():
+        dspark_cpu_patches.patch(name)(globals()[fn])

@@ -33,7 +33,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-_PATCHES: dict[str, Callable[[Any], None]] = {}
+_PATCHES: dict[str, list[Callable[[Any], None]]] = {}
 _DONE: set[str] = set()
 _INSTALLED = False
 
@@ -62,10 +62,13 @@ def _require(module: Any, name: str) -> Any:
 
 
 def patch(module_name: str) -> Callable[[Callable[[Any], None]], Callable[[Any], None]]:
-    """Register ``fn(module)`` to run once ``module_name`` is imported."""
+    """Register ``fn(module)`` to run once ``module_name`` is imported (at once if it was already
+    patched: a patch registered after ``install()``, as ``dspark_bench_timing``'s)."""
 
     def deco(fn: Callable[[Any], None]) -> Callable[[Any], None]:
-        _PATCHES[module_name] = fn
+        _PATCHES.setdefault(module_name, []).append(fn)
+        if module_name in _DONE:
+            fn(sys.modules[module_name])
         return fn
 
     return deco
@@ -320,7 +323,8 @@ def _apply(name: str, module: Any) -> None:
     if name in _DONE:
         return
     _DONE.add(name)
-    _PATCHES[name](module)
+    for fn in _PATCHES[name]:
+        fn(module)
 
 
 def install() -> None:

@@ -12,7 +12,8 @@ if os.environ.get("DSPARK_CPU_PATCHES") == "1":
 
     dspark_cpu_patches.install()
 
-if os.environ.get("DSPARK_BENCH_TIMING") == "1":  # benchmarks: sglang's own time per round
+if os.environ.get("DSPARK_CPU_PATCHES") == "1" and os.environ.get("DSPARK_BENCH_TIMING") == "1":
+    # benchmarks: sglang's own time per round
     import dspark_bench_timing
 
     dspark_bench_timing.install()
