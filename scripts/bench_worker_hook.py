@@ -1,11 +1,12 @@
-"""Per-round cost of the workers' ``on_verify_complete_cpu`` override, against sglang's own no-op hook.
+"""Per-round cost of the workers' round hooks against sglang's own (a no-op ``on_verify_complete_cpu``).
 
 Run it in a sglang environment (the override lives in the sglang glue):
 
     ~/.cache/sglang-dspark-plugin/venvs/sglang-0.5.23/bin/python scripts/bench_worker_hook.py
 
 It prints microseconds per verify round at batch sizes 1, 8, 64 and 256 for sglang's ``DSparkWorkerV2``
-hook (a no-op) and for ``HarvestDSparkWorker`` (the parent's hook plus one ``AcceptTelemetry`` record),
+hook (a no-op) and for ``HarvestDSparkWorker`` (the parent's hook, then the plugin's round hook
+``dspark_round``: the live mask, the context lengths, the queue with the telemetry and the live probe),
 as the median and the range (min-max) of ``--repeats`` measurements, the two hooks interleaved. The
 per-round accept lines go to a NullHandler so that the number is the plugin's, not a log sink's.
 """
@@ -17,7 +18,9 @@ import logging
 import random
 import statistics
 import time
+from types import SimpleNamespace
 
+import torch
 from sglang.srt.speculative.dspark_components.dspark_worker_v2 import DSparkWorkerV2
 
 from sglang_dspark_plugin.census.draft_config import DflashCfg
@@ -28,12 +31,29 @@ from sglang_dspark_plugin.sglang_plugin.workers import HarvestDSparkWorker
 from sglang_dspark_plugin.telemetry import ACCEPT_LOGGER
 
 
-def _per_round_us(worker: object, counts: list[int], rounds: int) -> float:
+def _per_round_us(worker: object, counts: list[int], rounds: int, width: int) -> float:
+    """``on_verify_complete_cpu`` and, for a plugin worker, the round hook after it (``dspark_round``),
+    as sglang calls them once per round."""
     hook = worker.on_verify_complete_cpu  # type: ignore[attr-defined]
+    after = getattr(worker, "dspark_round", None)
     bs = len(counts)
+    reqs = [
+        SimpleNamespace(
+            rid=i, is_retracted=False, finished=lambda: False, origin_input_ids=[1] * 100, output_ids=[2] * 40
+        )
+        for i in range(bs)
+    ]
+    batch = SimpleNamespace(reqs=reqs)
+    result = SimpleNamespace(
+        next_token_ids=torch.zeros(bs * width, dtype=torch.int64),
+        accept_lens=torch.tensor([n + 1 for n in counts]),
+    )
+    committed = [[3] * (n + 1) for n in counts]
     start = time.perf_counter()
     for _ in range(rounds):
         hook(counts, batch_size=bs)
+        if after is not None:
+            after(committed, result, batch)
     return (time.perf_counter() - start) / rounds * 1e6
 
 
@@ -66,8 +86,8 @@ def main() -> None:
         rounds = max(1000, args.rounds // max(1, bs // 64))
         base, mine = [], []
         for _ in range(args.repeats):
-            base.append(_per_round_us(parent, counts, rounds))
-            mine.append(_per_round_us(ours, counts, rounds))
+            base.append(_per_round_us(parent, counts, rounds, geometry.verify_window))
+            mine.append(_per_round_us(ours, counts, rounds, geometry.verify_window))
         print(f"bs={bs:4d}  sglang DSparkWorkerV2 hook {_cell(base)}  HarvestDSparkWorker hook {_cell(mine)}")
 
 

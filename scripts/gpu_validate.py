@@ -41,7 +41,7 @@ refuse to start. It needs two GPUs and a transfer backend that runs there (``--p
 (``tests/sglang/cpu_support``) and CPU engine arguments, so the script's logic runs in CI (tests/sglang/
 test_gpu_validate_cpu.py); only the CUDA-specific parts (graphs, kernels, the sync debug mode) need a GPU.
 
-``--embedded`` runs instead the served cases of the CPU test suite (``scripts/served_cases.py``, the one
+``--embedded`` runs instead the served cases of the CPU test suite (``tests/sglang/served_cases.py``, the one
 definition both read) on the package's embedded tiny models, without the CPU patches: the same runs,
 prompts and checks (builtin = plugin arm, served = reference engine = greedy, the forced-harvest
 collapse and its alarm, concurrent requests), here with CUDA graphs and the GPU attention kernels:
@@ -65,6 +65,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+SERVED_CASES = Path(__file__).resolve().parents[1] / "tests" / "sglang"
+"""Where the served cases and their checks live (``served_cases``, ``served``): with the CPU tests."""
+if str(SERVED_CASES) not in sys.path:
+    sys.path.insert(0, str(SERVED_CASES))
 
 DEFAULT_PROMPTS = (
     "Compute 37 * 43 step by step, then check the result by another method.",
@@ -210,7 +215,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def embedded_command(args: argparse.Namespace, run: Any, folders: dict[str, Path] | None) -> list[str]:
     """``launch_server`` for one served-case run on the embedded target (``run`` None: no speculation);
     ``folders`` is ``served_cases.drafter_folders``."""
-    import served_cases as sc  # on sys.path: run_embedded put it there
+    import served_cases as sc
 
     from sglang_dspark_plugin.embedded import EMBEDDED
 
@@ -316,10 +321,9 @@ def reference_rounds(drafter: Path, harvest: str, prompts: list[list[int]]) -> t
 
 
 def run_embedded(args: argparse.Namespace) -> int:
-    """The served cases of scripts/served_cases.py on a GPU server; PASS/FAIL per check."""
+    """The served cases of tests/sglang/served_cases.py on a GPU server; PASS/FAIL per check."""
     import tempfile
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import served_cases as sc
     from transformers import AutoTokenizer
 
@@ -383,7 +387,6 @@ def case_checks(
 
 def cpu_harness() -> tuple[dict[str, str], list[str]]:
     """The CPU patches' environment and the CPU engine's launch flags, as the served tests use them."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "sglang"))
     from served import cpu_env, cpu_launch_flags
 
     return cpu_env(), cpu_launch_flags()

@@ -28,9 +28,12 @@ from __future__ import annotations
 
 import re
 import shlex
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "sglang"))  # the served cases' checks
 import served_cases as sc
 
 ARMS = ("dflash", "dspark")

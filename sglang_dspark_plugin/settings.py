@@ -279,10 +279,10 @@ CONTEXT_BUCKETS = Setting(
 DEFER_ROUNDS = Setting(
     "MEMRA_DSPARK_DEFER_ROUNDS",
     "int",
-    8,
+    64,
     "an integer 1..1024",
-    "verify rounds whose telemetry and probe steps are queued before they run, warm (a finished "
-    "request runs the queue sooner); 1: every round at once, no lag (docs/telemetry.md)",
+    "verify rounds whose telemetry and probe steps are queued before they run, warm (the batch "
+    "draining runs the queue sooner); 1: every round at once, no lag (docs/telemetry.md)",
     minimum=1,
     maximum=1024,
 )

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
+
+# the shared helpers (checkpoints, plan_expectations, ...) sit in tests/, the tests in one folder per
+# package folder: every test imports them by name
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 _skipped: list[str] = []
 

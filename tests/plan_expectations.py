@@ -6,9 +6,9 @@ target (a tiny Qwen3 whose 40 layers let sglang capture every layer id the fixtu
 gives, per release, the outcome with ``MEMRA_DSPARK_HARVEST`` unset, ``dflash`` and ``dspark``. A
 refusal's ``where`` is given relative to the fixture's folder ("" is the folder itself).
 
-``tests/test_serving_plan.py`` compares ``make_plan`` with this table, so a plan that refused a servable
-fixture fails as surely as one that served a refused one; ``tests/sglang/test_server_args.py`` compares
-sglang's real argument pipeline and ``inspect``'s per-release verdict with it.
+``tests/serving/test_serving_plan.py`` compares ``make_plan`` with this table, so a plan that refused a
+servable fixture fails as surely as one that served a refused one; ``tests/sglang/test_server_args.py``
+compares sglang's real argument pipeline and ``inspect``'s per-release verdict with it.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import CensusConflictError
 from ..harvest import ENV_VAR, DsparkHarvest, Resolution
 from .confidence import Comparison, compare
+from .goals import grade
 from .report import (
     SCHEMA_VERSION,
     CheckReport,
@@ -18,7 +19,6 @@ from .report import (
     TargetResult,
     WouldServe,
 )
-from .targets import grade
 from .verdicts import CONTRADICTS, INCONCLUSIVE, SERVE_AS_IS, exit_code, overall
 
 if TYPE_CHECKING:

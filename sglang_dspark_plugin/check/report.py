@@ -193,7 +193,7 @@ class WouldServe(JsonRecord):
 
 @dataclass(frozen=True)
 class TargetResult(JsonRecord):
-    """One promise of the embedded models, graded (``targets.py``)."""
+    """One promise of the embedded models, graded (``check/goals.py``)."""
 
     drafter: str
     description: str

@@ -5,8 +5,8 @@ from __future__ import annotations
 from ..cli.commands import table_lines
 from ..errors import printable
 from ..harvest import ENV_VAR
+from .goals import targets
 from .report import CheckReport, DrafterInfo, RunRow
-from .targets import targets
 
 COLUMNS = (
     "drafter",

@@ -2,8 +2,8 @@
 modules they sit in: through sglang's ``HookRegistry`` when the module is loaded already, else the
 moment it is first imported (a process that never imports it pays nothing).
 
-* the live-request mask and the live offset probe, AROUND
-  ``SchedulerBatchResultProcessor._resolve_spec_v2_tokens``;
+* the plugin's per-round work (the counts, the live-request mask, the context lengths and the live
+  offset probe), AFTER ``SchedulerBatchResultProcessor._resolve_spec_v2_tokens``;
 * the dspark arm's Markov answer, AFTER ``parse_dspark_draft_config`` (``draft_model``).
 
 A target that moved is not hooked; the workers' contract (``TARGET_CONTRACT``) names it when a
@@ -65,7 +65,7 @@ def register_hooks() -> None:
     from sglang.srt.plugins.hook_registry import HookType
 
     for module_name, qualname, hook, kind in (
-        (_RESULT_MODULE, _RESULT_QUALNAME, round_around_result, HookType.AROUND),
+        (_RESULT_MODULE, _RESULT_QUALNAME, round_after_result, HookType.AFTER),
         (_PARSE_MODULE, "parse_dspark_draft_config", served_markov_after_parse, HookType.AFTER),
     ):
         if module_name in sys.modules:
@@ -112,26 +112,15 @@ def apply_own(registry: Any, target: str) -> None:
     registry._patched.add(target)
 
 
-def round_around_result(
-    original: Any, processor: Any, result: Any, batch: Any, *args: Any, **kwargs: Any
-) -> Any:
-    """AROUND hook: before sglang resolves a round, tell a plugin worker which requests it will count
-    (the live-request mask) and their context lengths; after, hand the worker the round for its probe.
-    No device work."""
-    worker = getattr(processor, "model_worker", None)
-    if worker is None or getattr(worker, "dspark_telemetry", None) is None:
-        return original(processor, result, batch, *args, **kwargs)
-    work = worker.dspark_work  # timed / sync-checked with the rest of the plugin's round work, if asked
-    if work is None:
-        live = worker.dspark_mark_round(batch.reqs)
-    else:
-        with work:
-            live = worker.dspark_mark_round(batch.reqs)
-    committed = original(processor, result, batch, *args, **kwargs)
-    probe_round = getattr(worker, "dspark_probe_round", None)
-    if probe_round is not None:
-        probe_round(committed, result, batch, live)
-    return committed
+def round_after_result(
+    committed: Any, processor: Any, result: Any, batch: Any, *args: Any, **kwargs: Any
+) -> None:
+    """AFTER hook: once sglang resolved a round, hand a plugin worker the round (its counts, which
+    requests it counts, their context lengths, the probe's snapshot). No device work; returns ``None``,
+    so sglang's own result stands."""
+    round_done = getattr(getattr(processor, "model_worker", None), "dspark_round", None)
+    if round_done is not None:
+        round_done(committed, result, batch)
 
 
 def served_markov_after_parse(result: Any, *args: Any, **kwargs: Any) -> Any:
@@ -215,7 +204,7 @@ __all__ = [
     "HOOK_CONTRACT",
     "TARGET_CONTRACT",
     "register_hooks",
-    "round_around_result",
+    "round_after_result",
     "served_markov_after_parse",
     "same_path",
 ]

@@ -29,8 +29,7 @@ if TYPE_CHECKING:
     from ..telemetry import AcceptTelemetry, DeferredRounds
 
 NO_WORK = None
-"""``dspark_work`` of a normal server: no timer and no sync check, so the round hooks enter nothing."""
-"""``dspark_work`` when neither host timing nor the sync debug mode is on: nothing per round."""
+"""``dspark_work`` when neither host timing nor the sync debug mode is on: the round hooks enter nothing."""
 
 
 def plugin_work(settings: Any, every: int, dp_tag: str = "") -> Any:
@@ -183,7 +182,7 @@ class _HarvestWorkerMixin:
         watches, dp_rank = telemetry_placement(attention_ranks(tp_rank))
         if not watches:
             self.dspark_telemetry = self.dspark_probe = self.dspark_rounds = None
-            self.dspark_work = NO_WORK
+            self.dspark_work, self.dspark_by_context = NO_WORK, False
             return
         # The startup line and manifest in the scheduler too: sglang 0.5.17 resolves its arguments
         # before the launcher configures logging, so the launcher's INFO lines can be lost.
@@ -202,6 +201,7 @@ class _HarvestWorkerMixin:
         )
         settings = plan.request.telemetry
         self.dspark_rounds = DeferredRounds(self.dspark_telemetry, self.dspark_probe, settings.defer_rounds)
+        self.dspark_by_context = self.dspark_telemetry.by_context is not None
         self.dspark_work = plugin_work(settings, settings.host_cost_every, dp_tag)
         logger.info(
             "DSPARK_HARVEST worker %s%s: harvest=%s (%s), block_size=%d, gamma=%d, verify_window=%d, "
@@ -218,32 +218,8 @@ class _HarvestWorkerMixin:
         telemetry = self.dspark_telemetry  # its startup line: what `dspark-harvest report` reads gamma from
         telemetry.logger.info("%s", telemetry.describe())
 
-    dspark_live_mask: list[bool] | None = None
-    dspark_contexts: list[int] | None = None
-
-    def dspark_mark_round(self, reqs: Any) -> list[bool]:
-        """Before sglang resolves a round (``hooks.round_around_result``): which requests it counts (not
-        retracted, not finished) and, where acceptance is bucketed by context, each one's tokens at the
-        anchor. Returns the live mask."""
-        live = self.dspark_live_mask = [not (r.is_retracted or r.finished()) for r in reqs]
-        telemetry = self.dspark_telemetry
-        if telemetry is not None and telemetry.by_context is not None:
-            self.dspark_contexts = [len(r.origin_input_ids) + len(r.output_ids) for r in reqs]
-        return live
-
-    def dspark_probe_round(self, committed: Any, result: Any, batch: Any, live: list[bool]) -> None:
-        """After sglang resolved a round: its snapshot for the live offset probe (``probe.live``),
-        queued (``DeferredRounds``): each request's anchor and committed tokens, and the output rows
-        on a sampled round only. No device work: sglang waited for its own copy before resolving."""
-        rounds = self.dspark_rounds
-        if rounds is None or rounds.probe is None or not any(live):
-            return  # a round of requests that had all finished: the telemetry skips it too
-        work = self.dspark_work
-        if work is NO_WORK:  # a normal server: no timer, no sync check on the round's path
-            rounds.probe_round(_round_snapshot, batch, live, committed, result)
-            return
-        with work:
-            rounds.probe_round(_round_snapshot, batch, live, committed, result)
+    dspark_counts: list[int] | None = None  # this round's counts, from ``on_verify_complete_cpu``
+    dspark_by_context = False  # acceptance is bucketed by context length (``MEMRA_DSPARK_CONTEXT_BUCKETS``)
 
     def note_request_finished(self, *, rid: str, natural_stop: bool) -> None:
         """sglang's end-of-request hook: the parent's work, then the queued round steps run, the
@@ -260,35 +236,48 @@ class _HarvestWorkerMixin:
             rounds.finish(rid)
 
     def on_verify_complete_cpu(self, num_correct_drafts_per_req: list[int], batch_size: int = 0) -> None:
-        """sglang's host-side per-round hook: the parent's work, then one telemetry round, queued
-        (``DeferredRounds``; no sync).
-
-        Requests that had already finished (still in an overlapped batch) are left out, as sglang
-        leaves them out of their ``spec_verify_ct``.
-        """
+        """sglang's host-side per-round hook: the parent's work, and this round's counts kept for
+        ``dspark_round`` (sglang calls it from inside the round the plugin's hook follows)."""
         super().on_verify_complete_cpu(num_correct_drafts_per_req, batch_size=batch_size)  # type: ignore[misc]
+        self.dspark_counts = num_correct_drafts_per_req
+
+    def dspark_round(self, committed: Any, result: Any, batch: Any) -> None:
+        """After sglang resolved a round (``hooks.round_after_result``): the plugin's whole per-round
+        work, queued in one step (``DeferredRounds.round``, no sync): the counts of the requests sglang
+        counts, their context lengths, and the live probe's snapshot."""
         rounds = self.dspark_rounds
-        if rounds is None:
+        counts, self.dspark_counts = self.dspark_counts, None
+        if rounds is None or counts is None:
             return
         work = self.dspark_work
-        if work is NO_WORK:
-            self._dspark_verify(rounds, num_correct_drafts_per_req)
+        if work is NO_WORK:  # a normal server: no timer, no sync check on the round's path
+            self._dspark_round(rounds, counts, committed, result, batch)
             return
         with work:
-            self._dspark_verify(rounds, num_correct_drafts_per_req)
+            self._dspark_round(rounds, counts, committed, result, batch)
         work.end_round()
 
-    def _dspark_verify(self, rounds: DeferredRounds, values: list[int]) -> None:
-        live, self.dspark_live_mask = self.dspark_live_mask, None
-        contexts, self.dspark_contexts = self.dspark_contexts, None
-        if contexts is not None and len(contexts) != len(values):
-            contexts = None  # not this round's: no bucket rather than a wrong one
-        if live is not None and len(live) == len(values) and not all(live):
-            values = [v for v, keep in zip(values, live, strict=True) if keep]
+    def _dspark_round(
+        self, rounds: DeferredRounds, counts: list[int], committed: Any, result: Any, batch: Any
+    ) -> None:
+        """Requests that had already finished (still in an overlapped batch) or were retracted are left
+        out, as sglang leaves them out of their ``spec_verify_ct``; resolving the round changes neither
+        state (``_resolve_spec_v2_tokens``: 0.5.23 ``batch_result_processor.py:770-850``, 0.5.17
+        ``:624-700``), so it is read here, after it."""
+        reqs = batch.reqs
+        live = [not (r.is_retracted or r.finished()) for r in reqs]
+        contexts = (
+            [len(r.origin_input_ids) + len(r.output_ids) for r in reqs] if self.dspark_by_context else None
+        )
+        if len(counts) != len(reqs):  # not this batch's: counted whole, no buckets rather than wrong ones
+            rounds.round(counts, None, None)
+            return
+        if not all(live):
+            counts = [n for n, keep in zip(counts, live, strict=True) if keep]
             if contexts is not None:
                 contexts = [c for c, keep in zip(contexts, live, strict=True) if keep]
-        if values:
-            rounds.verify(values, contexts)
+        # a round of requests that had all finished: the probe skips it as the telemetry does
+        rounds.round(counts, contexts, _round_snapshot if counts else None, batch, live, committed, result)
 
 
 def _round_snapshot(sampled: bool, batch: Any, live: list[bool], committed: Any, result: Any) -> Any:

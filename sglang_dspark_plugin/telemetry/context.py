@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Sequence
+from operator import mul
 from typing import Any
 
 MIN_REQUEST_ROUNDS = 50
@@ -94,20 +95,22 @@ class ContextCounts:
         of at least ``healthy``, the alarm threshold) and past it far below (accepted drafts per
         request-round at most ``FALL_FRACTION`` of it), both sides with ``MIN_REQUEST_ROUNDS``, at the
         first such bound; else ``None``. A harvest mismatch collapses every bucket: it never fits."""
+        # each bucket's (request-rounds, accepted drafts) once; the pools below and above each cut
+        # are running sums of them, so the whole scan is linear in the buckets
+        per = [(sum(h), sum(map(mul, h, range(len(h))))) for h in self.hist]
+        total_reqs, total_acc = sum(r for r, _ in per), sum(a for _, a in per)
+        short_reqs = short_acc = 0
         for cut in range(1, len(self.names)):
-            short, long = self._pooled(range(cut)), self._pooled(range(cut, len(self.names)))
-            if short is None or long is None or short < healthy:
+            short_reqs, short_acc = short_reqs + per[cut - 1][0], short_acc + per[cut - 1][1]
+            long_reqs = total_reqs - short_reqs
+            if short_reqs < MIN_REQUEST_ROUNDS or long_reqs < MIN_REQUEST_ROUNDS:
+                continue
+            short, long = 1.0 + short_acc / short_reqs, 1.0 + (total_acc - short_acc) / long_reqs
+            if short < healthy:
                 continue
             if long - 1.0 <= FALL_FRACTION * (short - 1.0):
                 return self.bounds[cut - 1], long, short
         return None
-
-    def _pooled(self, buckets: range) -> float | None:
-        reqs = sum(self.request_rounds(i) for i in buckets)
-        if reqs < MIN_REQUEST_ROUNDS:
-            return None
-        accepted = sum(n * k for i in buckets for n, k in enumerate(self.hist[i]))
-        return 1.0 + accepted / reqs
 
 
 def context_alarm_message(found: tuple[int, float, float], probe_kind: str | None, dp_tag: str) -> str:

@@ -4,7 +4,7 @@ Measured in sglang's served engine on CPU (``scripts/bench_served.py``, docs/tel
 plugin's round work costs 4 to 8 times its warm cost when it runs once per round, because the round's
 forward pass evicts the caches its code and data need. Queuing what each round hands over (the
 accept counts, the probe's snapshot of the round, a finished request) and running the queue every
-``DEFER_ROUNDS`` rounds, or when a request finishes, runs that code warm. What each step does, and in
+``DEFER_ROUNDS`` rounds, or when the batch drains, runs that code warm. What each step does, and in
 which order, is unchanged: the telemetry and the live probe see exactly the calls they saw round by
 round, later. Three things are deferred by up to ``DEFER_ROUNDS`` rounds:
 
@@ -13,7 +13,10 @@ round, later. Three things are deferred by up to ``DEFER_ROUNDS`` rounds:
 - the probe's "every round while the alarm window is low": the alarm's state as of the last run of
   the queue decides.
 
-A finished request runs the queue, so every round of a request is logged by the time it returns.
+The last running request's end runs the queue (every request the last round counted has finished
+since), so a server that goes idle has logged every round and holds nothing. A request's end alone
+does not: at a large batch some request finishes nearly every round, and running the queue at each
+would run it, cold, nearly every round.
 """
 
 from __future__ import annotations
@@ -58,6 +61,8 @@ class DeferredRounds:
         "_probe_index",
         "_alarm_low",
         "_sampled_queued",
+        "_live",
+        "_finished",
     )
 
     def __init__(
@@ -73,36 +78,48 @@ class DeferredRounds:
         self._probe_index = 0 if probe is None else probe.rounds  # the index the next probe round has
         self._alarm_low = False  # the alarm's state when the queue last ran
         self._sampled_queued = False  # a sampled probe round is queued
+        self._live = 0  # requests the last round counted
+        self._finished = 0  # requests that ended since the last round
 
-    def verify(self, values: Sequence[int], contexts: Sequence[int] | None = None) -> None:
-        """One round's accepted-draft counts of the requests sglang counts (what ``on_verify_complete``
-        takes) and their context lengths at the anchor, stamped with the time now."""
-        self._ops.append((_VERIFY, (values, self.clock(), contexts)))
-        self._rounds += 1
+    def round(
+        self,
+        values: Sequence[int],
+        contexts: Sequence[int] | None,
+        read: Callable[..., RoundSnapshot] | None,
+        *args: Any,
+    ) -> bool:
+        """One round, queued: the accepted-draft counts of the requests sglang counts (what
+        ``on_verify_complete`` takes), stamped with the time now, with their context lengths at the
+        anchor; then the probe's part of the round, where ``read`` is given (``None``: every request had
+        finished, the probe skips the round as the telemetry does). ``read(sampled, *args)`` gives the
+        round's snapshot as ``observe_round`` takes it (``requests, committed, rows, accept, block``;
+        rows, accept and block counts only where ``sampled``), called only where the probe needs the
+        requests (a function and its arguments, not a closure: nothing is built for a round the probe
+        skips). The queue runs once ``every`` rounds are queued. Returns whether the round is sampled."""
+        ops = self._ops
+        self._live, self._finished = len(values), 0
+        if values:
+            ops.append((_VERIFY, (values, self.clock(), contexts)))
+            self._rounds += 1
+        probe, sampled = self.probe, False
+        if probe is not None and read is not None:
+            sampled = probe.samples(self._probe_index, alarm_low=self._alarm_low)
+            self._probe_index += 1
+            self._sampled_queued |= sampled
+            needed = sampled or self._sampled_queued or probe.tracking
+            ops.append((_PROBE, (self._alarm_low, read(sampled, *args) if needed else None)))
         if self._rounds >= self.every:
             self.run()
-
-    def probe_round(self, read: Callable[..., RoundSnapshot], *args: Any) -> bool:
-        """The probe's part of the next round: ``read(sampled, *args)`` gives the round's snapshot as
-        ``observe_round`` takes it (``requests, committed, rows, accept, block``; the rows, accept and
-        block counts only where ``sampled``), called only where the probe needs the requests (a
-        function and its arguments, not a closure: nothing is built for a round the probe skips).
-        Returns whether the round is sampled."""
-        probe = self.probe
-        if probe is None:
-            return False
-        sampled = probe.samples(self._probe_index, alarm_low=self._alarm_low)
-        self._probe_index += 1
-        self._sampled_queued |= sampled
-        needed = sampled or self._sampled_queued or probe.tracking
-        self._ops.append((_PROBE, (self._alarm_low, read(sampled, *args) if needed else None)))
         return sampled
 
     def finish(self, rid: Hashable) -> None:
-        """``rid`` has ended (sglang's end-of-request hook): queued, then the queue runs."""
+        """``rid`` has ended (sglang's end-of-request hook): queued; the queue runs once every request
+        the last round counted has ended (the batch drained)."""
         if self.probe is not None:
             self._ops.append((_FINISH, rid))
-        self.run()
+        self._finished += 1
+        if self._finished >= self._live:
+            self.run()
 
     @property
     def queued(self) -> int:

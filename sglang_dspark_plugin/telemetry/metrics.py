@@ -42,7 +42,7 @@ def _gauges(prometheus_client: Any, target: Any, labels: list[str]) -> dict[str,
         ),
         "queued": gauge(
             "dspark_harvest_queued_steps",
-            "Round steps the last run of the plugin's round queue held (bounded by 3 x "
+            "Round steps the last run of the plugin's round queue held (bounded by 2 x "
             "MEMRA_DSPARK_DEFER_ROUNDS plus finished requests).",
         ),
     }

@@ -43,7 +43,7 @@ CPU_ENGINE_ARGS: dict[str, Any] = {
     "log_level": "info",
     "random_seed": 0,
 }
-"""What the CPU run needs on top of a GPU run's arguments (``scripts/served_cases.py`` has the rest)."""
+"""What the CPU run needs on top of a GPU run's arguments (``tests/sglang/served_cases.py`` has the rest)."""
 
 
 def cpu_launch_flags(overrides: dict[str, Any] | None = None) -> list[str]:

@@ -1,6 +1,6 @@
 """Served tests: sglang's real engine on CPU (scheduler, overlap loop, radix cache, worker rounds).
 
-Every run of ``scripts/served_cases.py`` is served once per module by ``served.run_engine`` (a
+Every run of ``tests/sglang/served_cases.py`` is served once per module by ``served.run_engine`` (a
 subprocess with the test-side CPU patches) and checked against the builtin it mirrors, against the
 reference engine (``sglang_dspark_plugin.engine``) and against the target's own greedy tokens.
 
@@ -11,7 +11,6 @@ plugin's runs, the per-round accept lengths of its log against the reference eng
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,6 @@ import sglang
 import torch
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))
 
 import served_cases as sc  # noqa: E402
 from served import run_engine  # noqa: E402
@@ -133,7 +131,7 @@ def assert_checks(checks: list[sc.Check]) -> None:
     assert not failed, "\n".join(failed)
 
 
-# ---------------------------------------------------------------- the cases (scripts/served_cases.py)
+# ---------------------------------------------------------------- the cases (tests/sglang/served_cases.py)
 
 
 @pytest.mark.parametrize("name", [c.name for c in CASES if c.kind == "identical"])

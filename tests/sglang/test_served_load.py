@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import tempfile
 import time
 import urllib.error
@@ -27,7 +26,6 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))
 
 import served_cases as sc  # noqa: E402
 from served import cpu_launch_flags, launch_server, post_json  # noqa: E402

@@ -59,7 +59,7 @@ from sglang_dspark_plugin.serving import (
 from sglang_dspark_plugin.serving.refusals import check_servable
 from sglang_dspark_plugin.serving.releases import BY_VERSION
 from sglang_dspark_plugin.serving.route import DFLASH_MODEL, DSPARK_MODEL, ZERO_HEAD, DraftRoute, ServedHead
-from sglang_dspark_plugin.sglang_plugin import resolution, workers
+from sglang_dspark_plugin.sglang_plugin import hooks, resolution, workers
 from sglang_dspark_plugin.sglang_plugin.draft_model import HarvestDSparkDraftModel, prepare_dspark_arm_config
 from sglang_dspark_plugin.sglang_plugin.draft_routes import draft_route
 from sglang_dspark_plugin.sglang_plugin.workers import (
@@ -96,6 +96,33 @@ def _route(
     """A dspark-arm route with a rank-``rank`` head (0: the zero head), as the plan hands it."""
     head = ZERO_HEAD if rank == 0 else ServedHead(rank, head_type)
     return DraftRoute(DSPARK_MODEL, tuple(names), head, mask, sample_from_anchor)
+
+
+def _req(rid: str, *, live: bool = True) -> SimpleNamespace:
+    """A request as the round hook reads it (``workers._dspark_round``, ``_round_snapshot``)."""
+
+    return SimpleNamespace(
+        rid=rid,
+        is_retracted=False,
+        finished=lambda: not live,
+        origin_input_ids=[1] * 20,
+        output_ids=[5, 6, 7],
+    )
+
+
+def _round(worker, counts: list[int], *, live: list[bool] | None = None) -> None:
+    """One round as sglang runs it with the plugin's hook: ``on_verify_complete_cpu`` inside sglang's
+    resolve of the round, then the AFTER hook (``hooks.round_after_result``) hands the worker the round."""
+    reqs = [_req(f"r{i}", live=keep) for i, keep in enumerate(live or [True] * len(counts))]
+    width = worker.dspark_plan.geometry.verify_window if worker.dspark_plan is not None else 1
+    result = SimpleNamespace(
+        next_token_ids=torch.zeros(width * len(reqs), dtype=torch.int64),
+        accept_lens=torch.tensor([n + 1 for n in counts]),
+    )
+    worker.on_verify_complete_cpu(counts, batch_size=len(counts))
+    hooks.round_after_result(
+        [[8]] * len(reqs), SimpleNamespace(model_worker=worker), result, SimpleNamespace(reqs=reqs)
+    )
 
 
 def _flush(worker) -> None:
@@ -443,20 +470,9 @@ def test_the_probe_skips_a_round_of_finished_requests_as_the_telemetry_does(tmp_
     served = _served(tmp_path, "specforge_dflash")
     worker = object.__new__(HarvestDFlashWorker)
     worker._dspark_attach(served, tp_rank=0)
-    gamma = served.geometry.gamma
-    req = SimpleNamespace(rid="r", output_ids=[5, 6, 7])
-    result = SimpleNamespace(
-        next_token_ids=torch.zeros(gamma + 1, dtype=torch.int64), accept_lens=torch.tensor([1])
-    )
-    batch = SimpleNamespace(reqs=[req])
-    # as round_around_result runs it: the live mask, sglang's resolve (its hook), then the probe's part
-    worker.dspark_live_mask = [False]  # every request had finished
-    worker.on_verify_complete_cpu([0], batch_size=1)
-    worker.dspark_probe_round([[8]], result, batch, [False])
+    _round(worker, [0], live=[False])  # every request had finished
     assert worker.dspark_rounds.queued == 0
-    worker.dspark_live_mask = [True]
-    worker.on_verify_complete_cpu([0], batch_size=1)
-    worker.dspark_probe_round([[8]], result, batch, [True])
+    _round(worker, [0])
     _flush(worker)
     assert worker.dspark_probe.rounds == worker.dspark_telemetry.counts.rounds == 1
 
@@ -471,9 +487,12 @@ def test_on_verify_complete_cpu_feeds_one_telemetry_record_per_round(tmp_path, c
     gamma = served.geometry.gamma
     assert telemetry.gamma == gamma and telemetry.harvest == served.resolution.harvest.name()
     with caplog.at_level(logging.INFO, logger=ACCEPT_LOGGER):
-        assert worker.on_verify_complete_cpu([0, gamma, 1], batch_size=3) is None
-        worker.on_verify_complete_cpu([2], batch_size=1)
-        assert telemetry.counts.rounds == 0 and worker.dspark_rounds.queued == 2  # queued (DeferredRounds)
+        assert worker.on_verify_complete_cpu([0, gamma, 1], batch_size=3) is None  # kept for the hook
+        assert telemetry.counts.rounds == 0 and worker.dspark_rounds.queued == 0
+        worker.dspark_counts = None
+        _round(worker, [0, gamma, 1])
+        _round(worker, [2])
+        assert telemetry.counts.rounds == 0 and worker.dspark_rounds.queued == 4  # queued (DeferredRounds)
         _flush(worker)
     lines = [r.getMessage() for r in caplog.records if "accept round=" in r.getMessage()]
     assert [line.split(" mean=")[0].split("accept_len=")[1] for line in lines] == [
@@ -490,14 +509,15 @@ def test_on_verify_complete_cpu_on_other_tp_ranks_records_nothing(tmp_path):
     worker = object.__new__(HarvestDSparkWorker)
     worker._dspark_attach(_served(tmp_path, "dspark_markov_rank0"), tp_rank=1)
     assert worker.dspark_telemetry is None
-    worker.on_verify_complete_cpu([1, 2], batch_size=2)  # still calls the parent; nothing to record
+    _round(worker, [1, 2])  # still calls the parent; nothing to record
+    assert worker.dspark_counts is None
 
 
 def test_enable_metrics_attaches_prometheus_counters(tmp_path):
     worker = object.__new__(HarvestDSparkWorker)
     worker._dspark_attach(_served(tmp_path, "dspark_markov_rank0"), tp_rank=0, enable_metrics=True)
     assert worker.dspark_telemetry.metrics is not None
-    worker.on_verify_complete_cpu([4, 0], batch_size=2)
+    _round(worker, [4, 0])
     _flush(worker)
     assert worker.dspark_telemetry.counts.accepted_drafts == 4
 
@@ -523,7 +543,7 @@ def test_host_timing_times_the_plugin_work_of_every_round(tmp_path, caplog):
     cost = worker.dspark_work.cost
     with caplog.at_level(logging.INFO, logger=ACCEPT_LOGGER):
         for _ in range(4):
-            worker.on_verify_complete_cpu([1, 2], batch_size=2)
+            _round(worker, [1, 2])
     assert cost.total_rounds == 4 and cost.last is not None
     assert cost.last["plugin_us_per_round"] > 0 and cost.last["round_us_median"] > 0
     lines = [r.getMessage() for r in caplog.records if "dspark host cost" in r.getMessage()]
@@ -547,7 +567,7 @@ def test_sync_debug_wraps_the_plugin_work_in_the_error_mode(tmp_path, monkeypatc
         "on_verify_complete",
         lambda v, at=None, contexts=None: (seen.append(modes[-1]), original(v, at=at, contexts=contexts)),
     )
-    worker.on_verify_complete_cpu([1], batch_size=1)  # queued under the mode, restored after
+    _round(worker, [1])  # queued under the mode, restored after
     assert seen == [] and modes == ["default", "error", "default"]
     _flush(worker)  # the queue runs under it too
     assert seen == ["error"] and modes == ["default", "error", "default", "error", "default"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+from probe_streams import EVERY_ROUND, drive, sequence
 
 from sglang_dspark_plugin.errors import GeometryError, ProbeMismatchError, SettingsError
 from sglang_dspark_plugin.harvest import DsparkHarvest
@@ -22,30 +23,6 @@ from sglang_dspark_plugin.probe.verdict import DecisionRule, decide
 from sglang_dspark_plugin.util.logsafe import EscapeAndBound
 
 DFLASH, DSPARK = DsparkHarvest.DFLASH, DsparkHarvest.DSPARK
-EVERY_ROUND = ProbeSettings(rounds=10**9)
-
-
-def sequence(n: int, seed: int = 7) -> list[int]:
-    """A deterministic token sequence with few repeats (vocabulary 1000)."""
-    return [(seed * 7919 + i * 104729) % 1000 for i in range(n)]
-
-
-def drive(
-    probe: LiveProbe, seq: list[int], gamma: int, shift: int, *, rid: object = "r", accept: int = 0
-) -> None:
-    """One request decoding ``seq`` from position 10: each round drafts ``seq`` shifted by ``shift``
-    (0 aligned, +1 one position late) and commits ``accept`` drafts + the bonus, fed as sglang's row."""
-    pos = 10
-    while pos + gamma + 2 < len(seq):
-        probe.begin_round()
-        drafts = [seq[pos + j + shift] for j in range(1, gamma + 1)]
-        committed = seq[pos + 1 : pos + accept + 2]
-        if probe.wants(rid):
-            probe.observe(rid, pos, seq[pos], verify_row(row_of_round(drafts, committed), len(committed)))
-        pos += len(committed)
-    probe.finish(rid)
-
-
 # -- sglang's row ------------------------------------------------------------------------------------
 
 
@@ -264,7 +241,7 @@ def test_the_cost_benchmark_runs(capsys: pytest.CaptureFixture[str]) -> None:
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_live_probe.py"
+    path = Path(__file__).resolve().parents[2] / "scripts" / "bench_live_probe.py"
     spec = importlib.util.spec_from_file_location("bench_live_probe", path)
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_check.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_check.py"
 
 
 def _bench():

@@ -4,7 +4,7 @@ and fall back to the guess only while it has not decided."""
 
 from __future__ import annotations
 
-from test_live_probe import EVERY_ROUND, drive, sequence
+from probe_streams import EVERY_ROUND, fed, sequence
 
 from sglang_dspark_plugin.harvest import DsparkHarvest
 from sglang_dspark_plugin.probe.live import LiveProbe, VerifyRow
@@ -20,15 +20,6 @@ def telemetry_with(probe: LiveProbe | None) -> AcceptTelemetry:
     t = AcceptTelemetry(4, DFLASH, "census", (), settings=settings, probe=probe)
     assert t.alarm.probe is probe  # wired at construction: the alarm and the summary state its verdict
     return t
-
-
-def fed(shift: int, requests: int = 40) -> LiveProbe:
-    """A probe of dflash-harvested drafts over ``requests`` requests drafting ``shift`` positions off
-    (+1: one position late)."""
-    probe = LiveProbe(DFLASH, EVERY_ROUND)
-    for r in range(requests):
-        drive(probe, sequence(120, seed=r), 4, shift, rid=r)
-    return probe
 
 
 def fed_nothing(rounds: int = 800) -> LiveProbe:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from sglang_dspark_plugin.cli.doctor_env import plugins_setting
+from sglang_dspark_plugin.cli.doctor import plugins_setting
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ESC = "\x1b"
 
 

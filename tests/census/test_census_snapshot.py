@@ -4,7 +4,7 @@
 checks were added; every field of every ``DflashCfg`` (evidence and notes included), or the kind and
 message of every refusal, must stay as it was. Regenerate only on purpose:
 
-    python tests/test_census_snapshot.py > tests/census_snapshot.json
+    python tests/census/test_census_snapshot.py > tests/census/census_snapshot.json
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from checkpoints import FIXTURES, write_checkpoint
 from sglang_dspark_plugin.harvest import DsparkHarvest
 from sglang_dspark_plugin.telemetry import AcceptTelemetry, TelemetrySettings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "gpu_validate.py"
 
 
@@ -34,7 +34,7 @@ def load_script():
 
 
 gv = load_script()
-sys.path.insert(0, str(SCRIPT.parent))
+sys.path[:0] = [str(SCRIPT.parent), str(SCRIPT.parents[1] / "tests" / "sglang")]
 import served_cases as sc  # noqa: E402
 import validate_deployment as vd  # noqa: E402
 
@@ -511,8 +511,7 @@ def test_pd_dry_run_prints_both_sides_of_each_pair(tmp_path: Path) -> None:
 
 
 def test_embedded_dry_run_lists_exactly_the_served_cases_runs(tmp_path: Path) -> None:
-    """--embedded runs the CPU suite's served cases (scripts/served_cases.py), no second list."""
-    sys.path.insert(0, str(SCRIPT.parent))
+    """--embedded runs the CPU suite's served cases (tests/sglang/served_cases.py), no second list."""
     import served_cases as sc
 
     proc = subprocess.run(

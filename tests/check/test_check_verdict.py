@@ -20,7 +20,7 @@ from sglang_dspark_plugin.harvest import ENV_VAR, DsparkHarvest
 
 QUICK = ["--max-new-tokens", "10", "--no-progress"]
 DECISIVE = [*QUICK, "--num-prompts", "5"]
-SCHEMA_FILE = Path(__file__).resolve().parent.parent / "docs" / "check-report.schema.json"
+SCHEMA_FILE = Path(__file__).resolve().parents[2] / "docs" / "check-report.schema.json"
 
 
 @pytest.fixture(autouse=True)

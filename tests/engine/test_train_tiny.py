@@ -18,7 +18,7 @@ from sglang_dspark_plugin.engine.drafter import load_drafter, new_draft_model
 
 torch.set_num_threads(2)
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "train_tiny.py"
 TINY = [
     "--files",

@@ -199,7 +199,7 @@ def test_check_refuses_a_reduced_draft_vocabulary_before_loading(
 
     from sglang_dspark_plugin.check import cli
 
-    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from export_formats import to_speculators
 
     draft = to_speculators(
@@ -222,7 +222,7 @@ def test_check_runs_a_speculators_format_drafter_like_its_original(
     """The same drafter exported by speculators: its names mapped, the same rounds, the same result."""
     import sys
 
-    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from export_formats import to_speculators
 
     original = shutil.copytree(EMBEDDED.drafters["dspark-markov"], tmp_path / "sf")

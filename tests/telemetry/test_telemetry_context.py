@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 
 import pytest
+from probe_streams import fed
 from prometheus_client import CollectorRegistry
-from test_telemetry_probe import fed
 
 from sglang_dspark_plugin.harvest import DsparkHarvest
 from sglang_dspark_plugin.logreport.lines import classify

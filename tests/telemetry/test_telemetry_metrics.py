@@ -147,7 +147,7 @@ def test_metrics_export_the_live_probes_matches_and_comparisons_per_offset():
     metrics = PrometheusMetrics(4, registry=registry, sync_every=1000, sync_interval_s=1e9)
     probe = LiveProbe(DFLASH, ProbeSettings(rounds=10**9))
     t = AcceptTelemetry(4, DFLASH, "census", settings=QUIET, metrics=metrics, probe=probe)
-    probe.begin_round()  # the sequence 100 + i at position i, as in tests/test_live_probe.py
+    probe.begin_round()  # the sequence 100 + i at position i, as in tests/probe/test_live_probe.py
     probe.observe("a", 3, 103, VerifyRow((104, 999, 107, 105), (104, 105)))
     probe.begin_round()
     probe.observe("a", 5, 105, VerifyRow((106, 107, 108, 109), (106, 107, 108)))

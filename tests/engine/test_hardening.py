@@ -408,7 +408,7 @@ def test_check_validates_the_harvest_environment_before_loading(capsys, monkeypa
 
 
 def test_check_says_which_harvest_a_server_would_pick(tmp_path):
-    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from checkpoints import write_checkpoint
 
     dspark = census(write_checkpoint(tmp_path, "specforge_dspark"))

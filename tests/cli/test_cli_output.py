@@ -14,7 +14,7 @@ import pytest
 from sglang_dspark_plugin.cli.output import EXIT_BROKEN_PIPE, EXIT_OUTPUT_ERROR
 from sglang_dspark_plugin.embedded import EMBEDDED
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DRAFTER = str(EMBEDDED.drafters["dspark"])
 
 

@@ -28,7 +28,7 @@ from sglang_dspark_plugin.telemetry.settings import (
     DEFAULT_SUMMARY_EVERY,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ARCH_SIGNAL = Signal("config.json:architectures[0]", "DSparkDraftModel", TIER_STRUCTURAL, "dspark")
 DFLASH, DSPARK = DsparkHarvest.DFLASH, DsparkHarvest.DSPARK
 QUIET = TelemetrySettings(accept_log_level=None, summary_every=0, alarm_threshold=0.0)

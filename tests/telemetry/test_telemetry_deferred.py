@@ -9,7 +9,7 @@ import random
 import re
 
 import pytest
-from test_live_probe import sequence
+from probe_streams import sequence
 
 from sglang_dspark_plugin.harvest import DsparkHarvest
 from sglang_dspark_plugin.probe.live import LiveProbe, ProbeSettings, request_anchor, row_of_round
@@ -58,14 +58,13 @@ def serve(
                 values.append(n)
                 committed.append(done)
                 rows += row_of_round(drafts, done)
-            rounds.verify(values)
 
             def read(sampled: bool, committed=committed, rows=rows):
                 requests = [(rid, *request_anchor(outs[rid]), True) for rid in running]
                 accept = [len(c) for c in committed]
                 return requests, committed, rows if sampled else None, accept if sampled else None, None
 
-            rounds.probe_round(read)
+            rounds.round(values, None, read)
             for rid, done in zip(list(running), committed, strict=True):
                 outs[rid] += done
                 if len(outs[rid]) >= 90:
@@ -127,17 +126,16 @@ def test_rounds_wait_for_the_burst_and_a_finished_request_runs_it(caplog) -> Non
     telemetry = AcceptTelemetry(GAMMA, DsparkHarvest.DFLASH, "census", (), settings=SETTINGS)
     rounds = DeferredRounds(telemetry, LiveProbe(DsparkHarvest.DFLASH), every=4)
     for _ in range(3):
-        rounds.verify([1, 2])
         read: list[bool] = []
-        assert rounds.probe_round(
-            lambda sampled, read=read: read.append(sampled) or ([], [], None, None, None)
+        assert rounds.round(
+            [1, 2], None, lambda sampled, read=read: read.append(sampled) or ([], [], None, None, None)
         )
         assert read == [True]  # the first rounds are sampled, and read
     assert telemetry.counts.rounds == 0 and rounds.queued == 6
-    rounds.verify([1])  # the 4th round: the queue runs
+    rounds.round([1], None, None)  # the 4th round (every request had finished: no probe step): it runs
     assert telemetry.counts.rounds == 4 and rounds.queued == 0
     assert telemetry.queued_steps == 7  # what the run held: 4 rounds, 3 probe steps
-    rounds.verify([3])
+    rounds.round([3], None, None)
     rounds.finish("r0")
     assert telemetry.counts.rounds == 5 and rounds.queued == 0 and telemetry.queued_steps == 2
 
@@ -145,7 +143,24 @@ def test_rounds_wait_for_the_burst_and_a_finished_request_runs_it(caplog) -> Non
 def test_without_a_probe_only_the_telemetry_is_queued() -> None:
     telemetry = AcceptTelemetry(GAMMA, DsparkHarvest.DFLASH, "census", (), settings=SETTINGS)
     rounds = DeferredRounds(telemetry, None, every=2)
-    assert not rounds.probe_round(lambda sampled: pytest.fail("no probe: nothing to read"))
-    rounds.verify([1])
+    assert not rounds.round([1], None, lambda sampled: pytest.fail("no probe: nothing to read"))
     rounds.finish("r0")
     assert telemetry.counts.rounds == 1 and rounds.queued == 0
+
+
+def test_only_the_end_of_the_last_running_request_runs_the_queue() -> None:
+    """At a large batch some request ends nearly every round: a request's end queues, and the queue runs
+    once every request the last round counted has ended (the server goes idle with nothing held)."""
+    probe = LiveProbe(DsparkHarvest.DFLASH)
+    telemetry = AcceptTelemetry(GAMMA, DsparkHarvest.DFLASH, "census", (), settings=SETTINGS, probe=probe)
+    rounds = DeferredRounds(telemetry, probe, every=64)
+    rounds.round([1, 2, 0], None, None)
+    rounds.finish("r0")
+    rounds.finish("r1")
+    assert telemetry.counts.rounds == 0 and rounds.queued == 3  # a round and two ends, still queued
+    rounds.round([3], None, None)  # the one request left
+    assert rounds.queued == 4
+    rounds.finish("r2")
+    assert telemetry.counts.rounds == 2 and rounds.queued == 0
+    state = telemetry.live_state()
+    assert state is not None and (state.held_requests, state.held_rounds, state.queued_steps) == (0, 0, 5)

@@ -18,7 +18,7 @@ from sglang_dspark_plugin.serving.topology import (
     topology_line,
 )
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "sglang.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "sglang.md"
 
 
 def test_every_release_names_every_arm_and_topology() -> None:
