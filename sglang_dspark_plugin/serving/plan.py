@@ -11,6 +11,8 @@ sglang's scheduler processes on the server args sglang already hands them; nothi
 
 from __future__ import annotations
 
+import json
+import logging
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -29,6 +31,7 @@ from .bundled import (
     same_path,
 )
 from .layout import DSPARK, Layout, architectures_of, layout_for
+from .manifest import write_manifest
 from .peer import check_peer
 from .refusals import (
     ALGORITHM,
@@ -47,6 +50,7 @@ from .request import (
 )
 from .route import DraftRoute, route_for
 from .target_checkpoint import TargetCheckpoint, load_target
+from .topology import arm_of, topology_line
 from .width import served_block_size
 
 
@@ -126,6 +130,22 @@ class ServePlan:
             "speculative_num_draft_tokens": self.geometry.verify_window,
             **self.gamma_flag,
         }
+
+    def announce(self, logger: logging.Logger, *, write: bool = True) -> None:
+        """Log the plan, its topology line, its warnings and advice, and its manifest; with ``write``,
+        write the manifest where the launch asked for one (the launcher does; its scheduler processes
+        only log)."""
+        logger.info("%s", self.describe())
+        logger.info("%s %s", ALGORITHM, topology_line(self.support.version, arm_of(self.layout)))
+        for warning in (*self.resolution.warnings, *self.advice):
+            logger.warning("%s: %s", ALGORITHM, warning)
+        logger.info(
+            "%s geometry manifest: %s", ALGORITHM, json.dumps(self.manifest, sort_keys=True, default=str)
+        )
+        path = self.request.manifest_path
+        if write and path:
+            written = write_manifest(path, self.manifest, protected=(self.cfg.path, self.request.target))
+            logger.info("%s geometry manifest written to %s", ALGORITHM, written)
 
     def describe(self) -> str:
         """One line: the harvest, where it came from, the builtin and the round geometry."""

@@ -26,7 +26,6 @@ from .contract import require_worker_contract
 from .resolution import (
     PLAN_ATTR,
     adapter,
-    announce,
     asked_for_plugin,
     launch_request,
     plan_of,
@@ -59,7 +58,7 @@ def rewrite_to_builtin(server_args: Any) -> Any:
     # names the builtin, the verify window its harvest needs and (mask-fill DSpark) DSPARK's gamma.
     adapter().declare_args(record, SOURCE, **plan.declared_args)
     setattr(record, PLAN_ATTR, plan)  # 0.5.23 seals fields but allows private names
-    announce(plan)
+    plan.announce(logger)
     logger.info(
         "%s: served as sglang's builtin %s (sglang reports the algorithm as %s from here on)",
         ALGORITHM,

@@ -12,13 +12,12 @@ A target that moved is not hooked; the workers' contract (``TARGET_CONTRACT``) n
 
 from __future__ import annotations
 
-import importlib.abc
 import sys
-import threading
 from collections.abc import Callable
 from typing import Any
 
 from ..serving.bundled import same_path
+from ..util.import_hooks import when_imported
 from .resolution import plan_of, published_server_args
 
 _PARSE_MODULE = "sglang.srt.speculative.dspark_components.dspark_config"
@@ -71,7 +70,7 @@ def register_hooks() -> None:
         if module_name in sys.modules:
             _register(module_name, qualname, hook, kind)  # load_plugins() applies it
         else:
-            _when_imported(module_name, _register_and_apply(module_name, qualname, hook, kind))
+            when_imported(module_name, _register_and_apply(module_name, qualname, hook, kind))
 
 
 def _register(module_name: str, qualname: str, hook: Callable[..., Any], kind: Any) -> bool:
@@ -144,58 +143,6 @@ def served_markov_after_parse(result: Any, *args: Any, **kwargs: Any) -> Any:
     from . import draft_model
 
     return draft_model.with_markov_head(result, head.parsed)
-
-
-_finders: dict[str, _PatchOnImport] = {}
-_finders_lock = threading.Lock()
-
-
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Runs ``patch(module)`` right after ``module_name`` executes, once; then steps aside."""
-
-    def __init__(self, module_name: str, patch: Any) -> None:
-        self.module_name = module_name
-        self.patch = patch
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != self.module_name:
-            return None
-        spec = None
-        for finder in sys.meta_path:  # whichever finder would have found it without us
-            find = getattr(finder, "find_spec", None)
-            if finder is not self and find is not None:
-                spec = find(fullname, path, target)
-                if spec is not None:
-                    break
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return None
-        loader, patch = spec.loader, self.patch
-        exec_module = loader.exec_module
-
-        def exec_then_patch(module: Any) -> None:
-            exec_module(module)
-            patch(module)
-
-        loader.exec_module = exec_then_patch  # this spec's own loader instance only
-        _remove_finder(self)
-        return spec
-
-
-def _when_imported(module_name: str, patch: Callable[[Any], None]) -> None:
-    """Run ``patch(module)`` right after ``module_name`` is first imported (once)."""
-    with _finders_lock:
-        if module_name in _finders:
-            return
-        finder = _PatchOnImport(module_name, patch)
-        _finders[module_name] = finder
-        sys.meta_path.insert(0, finder)
-
-
-def _remove_finder(finder: _PatchOnImport) -> None:
-    with _finders_lock:
-        if finder in sys.meta_path:
-            sys.meta_path.remove(finder)
-        _finders.pop(finder.module_name, None)
 
 
 __all__ = [

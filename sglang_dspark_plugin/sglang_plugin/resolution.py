@@ -5,7 +5,7 @@ The version-specific part is one adapter module per argument pipeline, chosen by
 plugins) and ``adapter_0517`` (fields assigned in place). Both define ``unwrap_record``, ``read_arg``,
 ``declare_args``, ``user_value``, ``register_rewrite`` and ``CONTRACT``. This module maps the
 arguments to the plan's snapshot (``launch_request``, ``sglang_support``) and back (``plan_of``,
-``require_plan``, ``announce``).
+``require_plan``; the plan logs itself, ``ServePlan.announce``).
 
 The plan itself rides on the record as a private attribute (``PLAN_ATTR``): 0.5.23's write seal
 allows private names and its ``__reduce__`` keeps ``__dict__``; 0.5.17 is a plain dataclass; both
@@ -17,16 +17,13 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
-import json
 import os
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
 from ..serving import ALGORITHM, MANIFEST_ENV_VAR, LaunchRequest, ServePlan, ServeRefusal, SglangSupport
-from ..serving.manifest import write_manifest
 from ..serving.request import DFLASH_BLOCK_FLAG, DSPARK_BLOCK_FLAG, flag_field
-from ..serving.topology import arm_of, topology_line
 from ..util.logsafe import safe_logger
 
 logger = safe_logger("sglang_dspark_plugin.sglang_plugin")
@@ -192,20 +189,6 @@ def published_server_args() -> Any | None:
         return None
 
 
-def announce(plan: ServePlan, *, write: bool = True) -> None:
-    """Log the plan and its manifest; with ``write``, write the manifest file where the launch asked
-    for one (the launcher does; its scheduler processes only log)."""
-    logger.info("%s", plan.describe())
-    logger.info("%s %s", ALGORITHM, topology_line(plan.support.version, arm_of(plan.layout)))
-    for warning in (*plan.resolution.warnings, *plan.advice):
-        logger.warning("%s: %s", ALGORITHM, warning)
-    logger.info("%s geometry manifest: %s", ALGORITHM, json.dumps(plan.manifest, sort_keys=True, default=str))
-    path = plan.request.manifest_path
-    if write and path:
-        written = write_manifest(path, plan.manifest, protected=(plan.cfg.path, plan.request.target))
-        logger.info("%s geometry manifest written to %s", ALGORITHM, written)
-
-
 __all__ = [
     "ALGORITHM",
     "MANIFEST_ENV_VAR",
@@ -223,5 +206,4 @@ __all__ = [
     "asked_for_plugin",
     "require_plan",
     "published_server_args",
-    "announce",
 ]

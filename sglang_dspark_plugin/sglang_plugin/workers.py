@@ -23,31 +23,13 @@ from ..serving.rank_agreement import agreement_values, check_rank_agreement
 from ..util.logsafe import safe_logger
 from .draft_routes import draft_route
 from .hooks import TARGET_CONTRACT
-from .resolution import announce, optional_arg, require_plan
+from .resolution import optional_arg, require_plan
 
 if TYPE_CHECKING:
     from ..telemetry import AcceptTelemetry, DeferredRounds
 
 NO_WORK = None
 """``dspark_work`` when neither host timing nor the sync debug mode is on: the round hooks enter nothing."""
-
-
-def plugin_work(settings: Any, every: int, dp_tag: str = "") -> Any:
-    """What the worker enters around its per-round work: ``NO_WORK``, or a ``PluginWork`` that times
-    it (``MEMRA_DSPARK_HOST_TIMING``) and, on a CUDA device, runs it under the sync debug mode "error"
-    (``MEMRA_DSPARK_SYNC_DEBUG``)."""
-    from ..telemetry import HostCost, PluginWork
-
-    sync_mode = None
-    if settings.sync_debug:
-        import torch
-
-        if torch.cuda.is_available():
-            sync_mode = (torch.cuda.get_sync_debug_mode, torch.cuda.set_sync_debug_mode)
-        else:
-            logger.info("DSPARK_HARVEST: MEMRA_DSPARK_SYNC_DEBUG is on but there is no CUDA device: no check")
-    cost = HostCost(every, dp_tag=dp_tag) if settings.host_timing else None
-    return NO_WORK if cost is None and sync_mode is None else PluginWork(cost, sync_mode)
 
 
 logger = safe_logger("sglang_dspark_plugin.sglang_plugin")
@@ -176,7 +158,7 @@ class _HarvestWorkerMixin:
         That is TP rank 0 (the others verify the same rounds), and with data-parallel attention the
         first rank of every DP group, whose lines end with ``dp=N`` (``telemetry_placement``).
         """
-        from ..telemetry import AcceptTelemetry, DeferredRounds, PrometheusMetrics
+        from ..telemetry import AcceptTelemetry, DeferredRounds, PrometheusMetrics, plugin_work
 
         self.dspark_plan = plan
         watches, dp_rank = telemetry_placement(attention_ranks(tp_rank))
@@ -186,7 +168,7 @@ class _HarvestWorkerMixin:
             return
         # The startup line and manifest in the scheduler too: sglang 0.5.17 resolves its arguments
         # before the launcher configures logging, so the launcher's INFO lines can be lost.
-        announce(plan, write=False)
+        plan.announce(logger, write=False)
         gamma = plan.geometry.gamma
         metrics = PrometheusMetrics(gamma) if enable_metrics else None
         dp_tag = "" if dp_rank is None else f" dp={dp_rank}"
@@ -202,7 +184,7 @@ class _HarvestWorkerMixin:
         settings = plan.request.telemetry
         self.dspark_rounds = DeferredRounds(self.dspark_telemetry, self.dspark_probe, settings.defer_rounds)
         self.dspark_by_context = self.dspark_telemetry.by_context is not None
-        self.dspark_work = plugin_work(settings, settings.host_cost_every, dp_tag)
+        self.dspark_work = plugin_work(settings, dp_tag, logger)
         logger.info(
             "DSPARK_HARVEST worker %s%s: harvest=%s (%s), block_size=%d, gamma=%d, verify_window=%d, "
             "harvested rows %s",

@@ -29,7 +29,7 @@ from .accept import AcceptTelemetry
 from .alarm import Alarm, RollingAlarm
 from .counts import ACCEPT_LENGTH_DEFINITION, AcceptCounts
 from .deferred import DEFER_ROUNDS, DeferredRounds
-from .hostcost import HostCost, PluginWork
+from .hostcost import HostCost, PluginWork, plugin_work
 from .metrics import PrometheusMetrics
 from .settings import ACCEPT_LOGGER, TelemetrySettings
 
@@ -43,6 +43,7 @@ __all__ = [
     "DeferredRounds",
     "HostCost",
     "PluginWork",
+    "plugin_work",
     "PrometheusMetrics",
     "RollingAlarm",
     "TelemetrySettings",

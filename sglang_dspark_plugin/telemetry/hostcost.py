@@ -130,4 +130,21 @@ class PluginWork:
             self.cost.end_round()
 
 
-__all__ = ["HostCost", "PluginWork", "SyncMode"]
+def plugin_work(settings: Any, dp_tag: str = "", logger: logging.Logger | None = None) -> PluginWork | None:
+    """What a worker enters around its per-round work (``TelemetrySettings``): ``None`` on a normal
+    server, or a ``PluginWork`` that times it (``MEMRA_DSPARK_HOST_TIMING``, one line per
+    ``host_cost_every`` rounds) and, on a CUDA device, runs it under the sync debug mode "error"
+    (``MEMRA_DSPARK_SYNC_DEBUG``; without a CUDA device ``logger`` says so and nothing is checked)."""
+    sync_mode = None
+    if settings.sync_debug:
+        import torch
+
+        if torch.cuda.is_available():
+            sync_mode = (torch.cuda.get_sync_debug_mode, torch.cuda.set_sync_debug_mode)
+        elif logger is not None:
+            logger.info("DSPARK_HARVEST: MEMRA_DSPARK_SYNC_DEBUG is on but there is no CUDA device: no check")
+    cost = HostCost(settings.host_cost_every, dp_tag=dp_tag) if settings.host_timing else None
+    return None if cost is None and sync_mode is None else PluginWork(cost, sync_mode)
+
+
+__all__ = ["HostCost", "PluginWork", "SyncMode", "plugin_work"]

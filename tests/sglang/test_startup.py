@@ -54,7 +54,7 @@ print(json.dumps({{
     "result_hooked": hasattr(SchedulerBatchResultProcessor._resolve_spec_v2_tokens, "__wrapped__"),
     "patched": sorted(t for t in HookRegistry._patched if t in ours),
     "parse_hooks": len(HookRegistry._hooks[hooks.PARSE_HOOK_TARGET]),
-    "finders_left": [type(f).__name__ for f in sys.meta_path if type(f).__name__ == "_PatchOnImport"],
+    "finders_left": [type(f).__name__ for f in sys.meta_path if type(f).__name__ == "PatchOnImport"],
 }}))
 """
 
