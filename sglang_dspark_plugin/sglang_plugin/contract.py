@@ -19,13 +19,12 @@ is reported by name instead of failing inside a scheduler process:
 from __future__ import annotations
 
 import importlib
-import inspect
-from dataclasses import dataclass
 from importlib import metadata
 
 from ..errors import DsparkHarvestError
 from ..serving import ALGORITHM
 from ..serving.releases import TESTED
+from ..util.contract_check import HookStatus, check_entry
 from .hooks import HOOK_CONTRACT
 from .resolution import adapter
 
@@ -90,64 +89,12 @@ SERVER_ARGS_FIELDS = (
 """ServerArgs fields read or set by ``handle_server_args``."""
 
 
-@dataclass(frozen=True)
-class HookStatus:
-    """One contract entry checked against the installed sglang."""
-
-    module: str
-    qualname: str
-    params: tuple[str, ...] | None
-    ok: bool
-    problem: str = ""
-
-    @property
-    def target(self) -> str:
-        return f"{self.module}.{self.qualname}"
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "hook": self.target,
-            "params": None if self.params is None else list(self.params),
-            "ok": self.ok,
-            "problem": self.problem,
-        }
-
-
 def sglang_version() -> str | None:
     """The installed sglang distribution's version, or None when it is not installed."""
     try:
         return metadata.version("sglang")
     except metadata.PackageNotFoundError:
         return None
-
-
-def _resolve(module: str, qualname: str) -> object:
-    obj: object = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-def check_entry(module: str, qualname: str, params: tuple[str, ...] | None) -> HookStatus:
-    """Check one entry: importable, present, and (when asked) with the expected parameter names."""
-    try:
-        obj = _resolve(module, qualname)
-    except ImportError as err:
-        return HookStatus(module, qualname, params, False, f"module does not import: {err}")
-    except AttributeError:
-        return HookStatus(module, qualname, params, False, "missing")
-    if params is None:
-        return HookStatus(module, qualname, params, True)
-    try:
-        sig = inspect.signature(obj)  # type: ignore[arg-type]
-    except (TypeError, ValueError) as err:
-        return HookStatus(module, qualname, params, False, f"no inspectable signature: {err}")
-    missing = [p for p in params if p not in sig.parameters]
-    if missing:
-        return HookStatus(
-            module, qualname, params, False, f"signature {sig} lacks parameter(s) {', '.join(missing)}"
-        )
-    return HookStatus(module, qualname, params, True)
 
 
 def worker_contract() -> list[Entry] | HookStatus:

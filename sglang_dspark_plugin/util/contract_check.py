@@ -1,0 +1,67 @@
+"""Does ``module.qualname`` exist, with these parameter names? One entry of a contract, checked.
+
+The sglang glue keeps the entries (every sglang class, method and signature it relies on,
+``sglang_plugin.contract``); this checks any entry the same way and names what is wrong, so a library
+that moved or renamed something is reported by name. Generic: nothing here names sglang.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class HookStatus:
+    """One contract entry checked against what is installed."""
+
+    module: str
+    qualname: str
+    params: tuple[str, ...] | None
+    ok: bool
+    problem: str = ""
+
+    @property
+    def target(self) -> str:
+        return f"{self.module}.{self.qualname}"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "hook": self.target,
+            "params": None if self.params is None else list(self.params),
+            "ok": self.ok,
+            "problem": self.problem,
+        }
+
+
+def _resolve(module: str, qualname: str) -> object:
+    obj: object = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def check_entry(module: str, qualname: str, params: tuple[str, ...] | None) -> HookStatus:
+    """Check one entry: importable, present, and (when asked) with the expected parameter names."""
+    try:
+        obj = _resolve(module, qualname)
+    except ImportError as err:
+        return HookStatus(module, qualname, params, False, f"module does not import: {err}")
+    except AttributeError:
+        return HookStatus(module, qualname, params, False, "missing")
+    if params is None:
+        return HookStatus(module, qualname, params, True)
+    try:
+        sig = inspect.signature(obj)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as err:
+        return HookStatus(module, qualname, params, False, f"no inspectable signature: {err}")
+    missing = [p for p in params if p not in sig.parameters]
+    if missing:
+        return HookStatus(
+            module, qualname, params, False, f"signature {sig} lacks parameter(s) {', '.join(missing)}"
+        )
+    return HookStatus(module, qualname, params, True)
+
+
+__all__ = ["HookStatus", "check_entry"]
