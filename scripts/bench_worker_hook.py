@@ -35,7 +35,7 @@ def _per_round_us(worker: object, counts: list[int], rounds: int, width: int) ->
     """``on_verify_complete_cpu`` and, for a plugin worker, the round hook after it (``dspark_round``),
     as sglang calls them once per round."""
     hook = worker.on_verify_complete_cpu  # type: ignore[attr-defined]
-    after = getattr(worker, "dspark_round", None)
+    after = getattr(type(worker), "dspark_round", None)  # sglang's DSPARK worker forwards unknown names
     bs = len(counts)
     reqs = [
         SimpleNamespace(
@@ -53,7 +53,7 @@ def _per_round_us(worker: object, counts: list[int], rounds: int, width: int) ->
     for _ in range(rounds):
         hook(counts, batch_size=bs)
         if after is not None:
-            after(committed, result, batch)
+            after(worker, committed, result, batch)
     return (time.perf_counter() - start) / rounds * 1e6
 
 

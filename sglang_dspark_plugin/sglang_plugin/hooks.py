@@ -117,9 +117,11 @@ def round_after_result(
     """AFTER hook: once sglang resolved a round, hand a plugin worker the round (its counts, which
     requests it counts, their context lengths, the probe's snapshot). No device work; returns ``None``,
     so sglang's own result stands."""
-    round_done = getattr(getattr(processor, "model_worker", None), "dspark_round", None)
+    worker = getattr(processor, "model_worker", None)
+    # looked up on the class: sglang's DSPARK worker forwards unknown instance attributes to its target
+    round_done = getattr(type(worker), "dspark_round", None)
     if round_done is not None:
-        round_done(committed, result, batch)
+        round_done(worker, committed, result, batch)
 
 
 def served_markov_after_parse(result: Any, *args: Any, **kwargs: Any) -> Any:
