@@ -60,6 +60,7 @@ class LaunchRequest:
     disaggregation_mode: str | None = None
     num_steps: Any = None  # --speculative-num-steps, as given (the builtin overrides it to 1)
     eagle_topk: Any = None  # --speculative-eagle-topk, as given (the builtin overrides it to 1)
+    page_size: Any = None  # --page-size, as given (sglang's default: 1)
     harvest_env: str | None = None  # MEMRA_DSPARK_HARVEST, as given (the resolution parses and records it)
     manifest_path: str | None = None  # MEMRA_DSPARK_MANIFEST
     peer_manifest: str | None = None  # MEMRA_DSPARK_PEER_MANIFEST (a disaggregated decode server)
@@ -81,6 +82,7 @@ class LaunchRequest:
             disaggregation_mode=_text(args.get("disaggregation_mode")),
             num_steps=args.get("speculative_num_steps"),
             eagle_topk=args.get("speculative_eagle_topk"),
+            page_size=args.get("page_size"),
             harvest_env=environ.get(ENV_VAR),
             manifest_path=read_setting(MANIFEST_ENV_VAR, environ),
             peer_manifest=read_setting(PEER_MANIFEST.name, environ),

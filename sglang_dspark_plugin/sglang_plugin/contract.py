@@ -81,6 +81,7 @@ SERVER_ARGS_FIELDS = (
     "speculative_num_draft_tokens",
     "speculative_num_steps",
     "speculative_eagle_topk",
+    "page_size",
     "speculative_dflash_block_size",
     "speculative_dspark_block_size",
     "disaggregation_mode",

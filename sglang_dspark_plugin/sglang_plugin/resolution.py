@@ -43,6 +43,7 @@ REQUEST_FIELDS = (
     "disaggregation_mode",
     "speculative_num_steps",
     "speculative_eagle_topk",
+    "page_size",
 )
 """The server arguments a ``LaunchRequest`` is made of."""
 

@@ -284,3 +284,32 @@ def test_a_release_whose_dflash_reads_the_anchor_first_keys_never_shifts_twice(f
     assert make_plan(LaunchRequest(draft=draft), reads).builtin == DSPARK  # its census: shifted
     plain = make_plan(LaunchRequest(draft=str(folders["zlab_dflash"])), reads)  # declares no layout key
     assert plain.builtin == DFLASH
+
+
+@pytest.mark.parametrize(
+    "drafter, flags, warned",
+    [
+        ("drafter-dspark", {}, True),  # shifted, block 8: W = 9 at sglang's default page size
+        ("drafter-dspark", {"page_size": "1"}, True),
+        ("drafter-dspark", {"page_size": 2}, False),  # sglang sizes the row for the 2x reserve
+        ("drafter-dspark", {"speculative_dspark_block_size": 7}, False),  # narrowed: W = 8
+        ("drafter-dflash", {}, False),  # mask-fill, block 8: W = 8, the row holds the reserve exactly
+    ],
+)
+def test_a_verify_window_past_eight_at_page_size_one_is_warned_of(
+    drafter: str, flags: dict, warned: bool
+) -> None:
+    """sglang's decode reserves committed + 2W slots; at page size 1 a row holds context_len + 4 + W and a
+    decoding request has at most context_len - 4 committed: past the row when W > 8 (docs/sglang.md)."""
+    from sglang_dspark_plugin.embedded import EMBEDDED
+
+    request = {"page_size": flags.get("page_size")}
+    if "speculative_dspark_block_size" in flags:
+        request["dspark_block_size"] = flags["speculative_dspark_block_size"]
+    plan = _plan(EMBEDDED.root / drafter, "0.5.23", **request)
+    edge = [a for a in plan.advice if "req_to_token" in a]
+    assert bool(edge) == warned
+    if warned:
+        w = plan.geometry.verify_window
+        assert w == 9 and f"context_len + {2 * w - 4}" in edge[0] and f"context_len + {4 + w}" in edge[0]
+        assert "--page-size 2" in edge[0]
