@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import logging
 import os
 import platform
@@ -22,6 +23,10 @@ from importlib import metadata
 from typing import Any
 
 from ..errors import printable
+from ..serving import ALGORITHM
+from ..serving.releases import TESTED as SUPPORTED_SGLANG
+from ..serving.releases import installed_sglang as sglang_version
+from ..serving.topology import ARMS, topology_line
 from .commands import EXIT_OK, add_command, emit
 
 EXIT_PROBLEM = 1
@@ -129,36 +134,89 @@ def _sglang_logs(errors: list[str], warnings: list[str]) -> Iterator[None]:
     warnings += [f"{w.category.__name__}: {w.message}" for w in caught]
 
 
-def _unreadable_report(exc: Exception) -> dict[str, Any]:
-    """The report when sglang's install cannot even be read."""
-    from ..sglang_plugin.contract import SUPPORTED_SGLANG
+ENTRY_POINT_GROUP = "sglang.srt.plugins"
+ENTRY_POINT_NAME = "dspark_harvest"
 
+
+def _entry_point() -> str | None:
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name == ENTRY_POINT_NAME:
+            return ep.value
+    return None
+
+
+def _base_report(version: str | None, problems: list[str]) -> dict[str, Any]:
     return {
-        "sglang": None,
+        "sglang": version,
         "supported_versions": list(SUPPORTED_SGLANG),
-        "version_supported": False,
+        "version_supported": version in SUPPORTED_SGLANG,
         "entry_point": None,
         "hooks": [],
         "registered": False,
         "registered_class": None,
-        "problems": [
-            f"the installed packages cannot be read ({type(exc).__name__}: {exc}); reinstall sglang"
-        ],
+        "problems": problems,
+        "topologies": {},
         "ok": False,
     }
 
 
-def doctor(entry_point_name: str) -> dict[str, Any]:
-    """The doctor's whole report: the sglang glue's, with the environment and SGLANG_PLUGINS."""
-    from ..sglang_plugin.doctor import doctor_report
+def sglang_report() -> dict[str, Any]:
+    """The installed sglang against the plugin: its version, every contract entry (the plugin's and the
+    workers') OK or missing, and whether ``DSPARK_HARVEST`` registers the way sglang registers it
+    (``load_plugins()``, then ``from_string``); ``ok`` is False when anything is missing."""
+    version = sglang_version()
+    report = _base_report(version, [])
+    problems: list[str] = report["problems"]
+    report["entry_point"] = _entry_point()
+    if report["entry_point"] is None:
+        problems.append(
+            f"entry point {ENTRY_POINT_NAME!r} missing from group {ENTRY_POINT_GROUP!r}: reinstall the "
+            "package (pip install -e . or pip install sglang-dspark-plugin)"
+        )
+    if version is None or importlib.util.find_spec("sglang") is None:
+        report["sglang"] = None
+        problems.append(
+            "sglang is not installed: from a checkout of this package, pip install '.[sglang-0523]' "
+            "(or '.[sglang-0517]')"
+        )
+        return report
+    if not report["version_supported"]:
+        problems.append(
+            f"sglang {version} is not a tested version ({', '.join(SUPPORTED_SGLANG)}); the plugin "
+            "registers if every hook below is OK"
+        )
+    report["topologies"] = {arm: topology_line(version, arm) for arm in ARMS}
+    from ..sglang_plugin import contract, registered_class
 
+    try:
+        statuses = contract.check_contract()
+    except Exception as err:  # noqa: BLE001 - report, do not crash the doctor
+        problems.append(f"the contract check itself failed: {err!r}")
+        statuses = []
+    report["hooks"] = [s.to_json() for s in statuses]
+    missing = [s for s in statuses if not s.ok]
+    problems += [f"hook {s.target}: {s.problem}" for s in missing]
+    try:
+        report["registered_class"] = registered_class()
+        report["registered"] = True
+    except Exception as err:  # noqa: BLE001 - "not registered" is the finding, whatever the cause
+        problems.append(f"{ALGORITHM} is not registered after load_plugins(): {err}")
+    # An untested version passes when every hook is OK, the same rule as register().
+    report["ok"] = bool(report["entry_point"] and report["registered"] and not missing)
+    return report
+
+
+def doctor(entry_point_name: str = ENTRY_POINT_NAME) -> dict[str, Any]:
+    """The doctor's whole report: sglang's, with the environment and SGLANG_PLUGINS."""
     errors: list[str] = []
     warnings: list[str] = []
     try:
         with _sglang_logs(errors, warnings):
-            report = doctor_report()
+            report = sglang_report()
     except Exception as exc:  # noqa: BLE001 - a broken sglang install is the finding, not a crash
-        report = _unreadable_report(exc)
+        report = _base_report(
+            None, [f"the installed packages cannot be read ({type(exc).__name__}: {exc}); reinstall sglang"]
+        )
     report["problems"] += errors
     report["sglang_warnings"] = warnings
     broken = unreadable_distributions()
@@ -174,27 +232,42 @@ def doctor(entry_point_name: str) -> dict[str, Any]:
     return report
 
 
-def format_text(report: dict[str, Any]) -> str:
-    """The environment lines, then the sglang glue's own text, every line escaped."""
-    from ..sglang_plugin.doctor import format_report
+def sglang_lines(report: dict[str, Any]) -> list[str]:
+    """The sglang part of the report as text."""
+    version = report["sglang"] or "not installed"
+    tested = " (tested)" if report["version_supported"] else " (NOT a tested version)"
+    tested = "" if report["sglang"] is None else tested
+    lines = [f"sglang: {version}{tested}; tested versions: {', '.join(report['supported_versions'])}"]
+    lines.append(f"entry point {ENTRY_POINT_GROUP}:{ENTRY_POINT_NAME}: {report['entry_point'] or 'MISSING'}")
+    for hook in report["hooks"]:
+        status = "OK     " if hook["ok"] else "MISSING"
+        detail = "" if hook["ok"] else f"  ({hook['problem']})"
+        lines.append(f"  {status} {hook['hook']}{detail}")
+    registered = f"yes ({report['registered_class']})" if report["registered"] else "NO"
+    lines.append(f"{ALGORITHM} registered through the entry point: {registered}")
+    lines += list(report.get("topologies", {}).values())
+    lines += [f"problem: {problem}" for problem in report["problems"]]
+    lines.append("doctor: OK" if report["ok"] else "doctor: FAILED")
+    return lines
 
+
+def format_text(report: dict[str, Any]) -> str:
+    """The environment lines, then the sglang report's lines, every line escaped."""
     lines = [f"{name}: {value}" for name, value in report["environment"].items()]
     plugins = report["sglang_plugins"]
     lines.append(
         f"{PLUGINS_VAR}: {'unset (every plugin loads)' if plugins['value'] is None else plugins['value']}"
     )
     lines += [f"sglang warning: {warning}" for warning in report["sglang_warnings"]]
-    lines += format_report(report).splitlines()
+    lines += sglang_lines(report)
     return "\n".join(printable(line) for line in lines)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the doctor and print its report; returns the exit code."""
-    from ..sglang_plugin.doctor import ENTRY_POINT_NAME
-
-    report = doctor(ENTRY_POINT_NAME)
+    report = doctor()
     emit(sys.stdout, args.json, lambda: report, lambda: format_text(report), sort_keys=True)
     return EXIT_OK if report["ok"] else EXIT_PROBLEM
 
 
-__all__ = ["add_parser", "doctor", "format_text", "run"]
+__all__ = ["add_parser", "doctor", "sglang_report", "format_text", "run", "ENTRY_POINT_NAME"]

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from ..census.draft_config import DflashCfg
     from ..geometry import RoundGeometry
     from ..harvest import Resolution
+    from .plan import ServePlan
 
 
 class RankDisagreementError(DsparkHarvestError):
@@ -114,7 +115,13 @@ def check_rank_agreement(local: Mapping[str, Any], group: Any = None) -> list[di
     return table
 
 
+def plan_agreement_values(plan: ServePlan) -> dict[str, Any]:
+    """``agreement_values`` of a serving plan: what every TP rank of its server must agree on."""
+    return agreement_values(plan.draft, plan.cfg, plan.resolution, plan.geometry)
+
+
 __all__ = [
+    "plan_agreement_values",
     "RankDisagreementError",
     "agreement_values",
     "check_rank_agreement",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from importlib import metadata
 
 DFLASH, DSPARK = "DFLASH", "DSPARK"
 
@@ -64,6 +65,14 @@ BY_VERSION: dict[str, Release] = {r.version: r for r in RELEASES}
 TESTED: tuple[str, ...] = tuple(r.version for r in RELEASES if r.tested)
 """The releases CI tests (``inspect`` reports these, ``doctor`` calls them supported)."""
 LAST_MEASURED: str = RELEASES[-1].version
+
+
+def installed_sglang() -> str | None:
+    """The installed sglang distribution's version (read from its metadata, sglang not imported), or None."""
+    try:
+        return metadata.version("sglang")
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def version_key(version: str) -> tuple[int, ...]:

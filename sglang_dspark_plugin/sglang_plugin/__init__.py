@@ -31,6 +31,17 @@ def is_registered() -> bool:
     return True
 
 
+def registered_class() -> str:
+    """Register the way sglang does (``load_plugins()``), then the class its registry holds for
+    ``DSPARK_HARVEST`` (``from_string``; raises when it holds none): what ``doctor`` reports."""
+    from sglang.srt.plugins import load_plugins
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    load_plugins()
+    algo = SpeculativeAlgorithm.from_string(ALGORITHM)
+    return f"{type(algo).__module__}.{type(algo).__qualname__}"
+
+
 def _factory(server_args: Any) -> type:
     """The factory of the registered algorithm: only reached where the early rewrite did not run, so
     it refuses (``resolution.require_plan``) instead of serving through a second route."""
@@ -79,4 +90,4 @@ def register() -> bool:
         return False
 
 
-__all__ = ["register", "is_registered", "ALGORITHM"]
+__all__ = ["register", "is_registered", "registered_class", "ALGORITHM"]

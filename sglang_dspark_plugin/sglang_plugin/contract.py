@@ -19,11 +19,11 @@ is reported by name instead of failing inside a scheduler process:
 from __future__ import annotations
 
 import importlib
-from importlib import metadata
 
 from ..errors import DsparkHarvestError
 from ..serving import ALGORITHM
 from ..serving.releases import TESTED
+from ..serving.releases import installed_sglang as sglang_version
 from ..util.contract_check import HookStatus, check_entry
 from .hooks import HOOK_CONTRACT
 from .resolution import adapter
@@ -88,14 +88,6 @@ SERVER_ARGS_FIELDS = (
     "device",
 )
 """ServerArgs fields read or set by ``handle_server_args``."""
-
-
-def sglang_version() -> str | None:
-    """The installed sglang distribution's version, or None when it is not installed."""
-    try:
-        return metadata.version("sglang")
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def worker_contract() -> list[Entry] | HookStatus:

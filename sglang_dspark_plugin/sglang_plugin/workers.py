@@ -9,28 +9,21 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
 from sglang.srt.speculative.dspark_components.dspark_worker_v2 import DSparkWorkerV2
 
 from ..errors import GeometryError
-from ..probe.live import LiveProbe, request_anchor
 from ..serving import ServePlan
 from ..serving.layout import MASK_FILL, MASK_FILL_DSPARK, SHIFTED, Layout
-from ..serving.placement import AttentionRanks, telemetry_placement
-from ..serving.rank_agreement import agreement_values, check_rank_agreement
+from ..serving.placement import AttentionRanks
+from ..serving.rank_agreement import check_rank_agreement, plan_agreement_values
+from ..serving.rounds import WorkerRounds
 from ..util.logsafe import safe_logger
 from .draft_routes import draft_route
 from .hooks import TARGET_CONTRACT
 from .resolution import optional_arg, require_plan
-
-if TYPE_CHECKING:
-    from ..telemetry import AcceptTelemetry, DeferredRounds
-
-NO_WORK = None
-"""``dspark_work`` when neither host timing nor the sync debug mode is on: the round hooks enter nothing."""
-
 
 logger = safe_logger("sglang_dspark_plugin.sglang_plugin")
 
@@ -103,12 +96,6 @@ def attention_ranks(tp_rank: int) -> AttentionRanks:
     return ranks if ranks.tp_rank == tp_rank else AttentionRanks(tp_rank, tp_rank, 0, 0, 1)
 
 
-def rank_agreement_values(plan: ServePlan) -> dict[str, Any]:
-    """What every TP rank must agree on (``rank_agreement.agreement_values``): the harvest, its source,
-    the geometry, the draft as the user named it and a fingerprint of the content this rank holds."""
-    return agreement_values(plan.draft, plan.cfg, plan.resolution, plan.geometry)
-
-
 _Init = TypeVar("_Init", bound=Callable[..., None])
 
 
@@ -132,147 +119,49 @@ def _server_args(worker: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
 
 
 class _HarvestWorkerMixin:
-    """Resolution, rank agreement and the per-round telemetry hook, common to both arms."""
+    """The plan, the rank agreement and the plan's round work (``serving.rounds``), common to the arms."""
 
     dspark_layout: ClassVar[Layout]  # the plan layout this worker serves (``worker_class_for``)
     dspark_plan: ServePlan | None = None
-    dspark_telemetry: AcceptTelemetry | None = None
-    dspark_probe: LiveProbe | None = None
-    dspark_rounds: DeferredRounds | None = None  # the telemetry's and the probe's queue of round steps
-    dspark_work: Any = NO_WORK  # entered around the per-round work where timed/checked (``plugin_work``)
+    dspark_rounds: WorkerRounds | None = None  # None on a rank that does not keep the telemetry
 
     def _dspark_harvest_init(self, server_args: Any) -> ServePlan:
         """The plan sglang handed this scheduler (the factory chose this class by its layout), the rank
-        agreement, and the telemetry."""
+        agreement, and the round work."""
         plan = require_plan(server_args, type(self).__name__)
         plan.check_served_draft(optional_arg(server_args, "speculative_draft_model_path"))
         group, tp_rank = _tp_cpu_group()
-        check_rank_agreement(rank_agreement_values(plan), group)
-        enable_metrics = bool(getattr(server_args, "enable_metrics", False))
-        self._dspark_attach(plan, tp_rank=tp_rank, enable_metrics=enable_metrics)
+        check_rank_agreement(plan_agreement_values(plan), group)
+        self._dspark_attach(
+            plan, tp_rank=tp_rank, enable_metrics=bool(getattr(server_args, "enable_metrics", 0))
+        )
         return plan
 
     def _dspark_attach(self, plan: ServePlan, *, tp_rank: int = 0, enable_metrics: bool = False) -> None:
-        """Keep ``plan``; create the accept telemetry on the first rank of each attention group.
-
-        That is TP rank 0 (the others verify the same rounds), and with data-parallel attention the
-        first rank of every DP group, whose lines end with ``dp=N`` (``telemetry_placement``).
-        """
-        from ..telemetry import AcceptTelemetry, DeferredRounds, PrometheusMetrics, plugin_work
-
+        """Keep ``plan`` and its round work on this rank (``WorkerRounds.attach``)."""
         self.dspark_plan = plan
-        watches, dp_rank = telemetry_placement(attention_ranks(tp_rank))
-        if not watches:
-            self.dspark_telemetry = self.dspark_probe = self.dspark_rounds = None
-            self.dspark_work, self.dspark_by_context = NO_WORK, False
-            return
-        # The startup line and manifest in the scheduler too: sglang 0.5.17 resolves its arguments
-        # before the launcher configures logging, so the launcher's INFO lines can be lost.
-        plan.announce(logger, write=False)
-        gamma = plan.geometry.gamma
-        metrics = PrometheusMetrics(gamma) if enable_metrics else None
-        dp_tag = "" if dp_rank is None else f" dp={dp_rank}"
-        self.dspark_probe = LiveProbe(plan.harvest, plan.request.probe, dp_tag=dp_tag)
-        self.dspark_telemetry = AcceptTelemetry.from_resolution(  # its alarm and summary state the verdict
-            plan.resolution,
-            gamma,
-            settings=plan.request.telemetry,
-            metrics=metrics,
-            dp_rank=dp_rank,
-            probe=self.dspark_probe,
+        ranks = attention_ranks(tp_rank)
+        self.dspark_rounds = WorkerRounds.attach(
+            plan, ranks, type(self).__name__, logger, metrics=enable_metrics
         )
-        settings = plan.request.telemetry
-        self.dspark_rounds = DeferredRounds(self.dspark_telemetry, self.dspark_probe, settings.defer_rounds)
-        self.dspark_by_context = self.dspark_telemetry.by_context is not None
-        self.dspark_work = plugin_work(settings, dp_tag, logger)
-        logger.info(
-            "DSPARK_HARVEST worker %s%s: harvest=%s (%s), block_size=%d, gamma=%d, verify_window=%d, "
-            "harvested rows %s",
-            type(self).__name__,
-            "" if dp_rank is None else f" (dp {dp_rank})",
-            plan.harvest.name(),
-            plan.resolution.source,
-            plan.geometry.block_size,
-            gamma,
-            plan.geometry.verify_window,
-            list(plan.geometry.harvested_rows),
-        )
-        telemetry = self.dspark_telemetry  # its startup line: what `dspark-harvest report` reads gamma from
-        telemetry.logger.info("%s", telemetry.describe())
-
-    dspark_counts: list[int] | None = None  # this round's counts, from ``on_verify_complete_cpu``
-    dspark_by_context = False  # acceptance is bucketed by context length (``MEMRA_DSPARK_CONTEXT_BUCKETS``)
 
     def note_request_finished(self, *, rid: str, natural_stop: bool) -> None:
-        """sglang's end-of-request hook: the parent's work, then the queued round steps run, the
-        request's end last (the probe scores what it holds): its rounds are all logged now."""
+        """sglang's end-of-request hook: the parent's work, then the request's end is queued."""
         super().note_request_finished(rid=rid, natural_stop=natural_stop)  # type: ignore[misc]
-        rounds = self.dspark_rounds
-        if rounds is None:
-            return
-        work = self.dspark_work
-        if work is NO_WORK:
-            rounds.finish(rid)
-            return
-        with work:
-            rounds.finish(rid)
+        if self.dspark_rounds is not None:
+            self.dspark_rounds.finish(rid)
 
     def on_verify_complete_cpu(self, num_correct_drafts_per_req: list[int], batch_size: int = 0) -> None:
         """sglang's host-side per-round hook: the parent's work, and this round's counts kept for
         ``dspark_round`` (sglang calls it from inside the round the plugin's hook follows)."""
         super().on_verify_complete_cpu(num_correct_drafts_per_req, batch_size=batch_size)  # type: ignore[misc]
-        self.dspark_counts = num_correct_drafts_per_req
+        if self.dspark_rounds is not None:
+            self.dspark_rounds.counts = num_correct_drafts_per_req
 
     def dspark_round(self, committed: Any, result: Any, batch: Any) -> None:
-        """After sglang resolved a round (``hooks.round_after_result``): the plugin's whole per-round
-        work, queued in one step (``DeferredRounds.round``, no sync): the counts of the requests sglang
-        counts, their context lengths, and the live probe's snapshot."""
-        rounds = self.dspark_rounds
-        counts, self.dspark_counts = self.dspark_counts, None
-        if rounds is None or counts is None:
-            return
-        work = self.dspark_work
-        if work is NO_WORK:  # a normal server: no timer, no sync check on the round's path
-            self._dspark_round(rounds, counts, committed, result, batch)
-            return
-        with work:
-            self._dspark_round(rounds, counts, committed, result, batch)
-        work.end_round()
-
-    def _dspark_round(
-        self, rounds: DeferredRounds, counts: list[int], committed: Any, result: Any, batch: Any
-    ) -> None:
-        """Requests that had already finished (still in an overlapped batch) or were retracted are left
-        out, as sglang leaves them out of their ``spec_verify_ct``; resolving the round changes neither
-        state (``_resolve_spec_v2_tokens``: 0.5.23 ``batch_result_processor.py:770-850``, 0.5.17
-        ``:624-700``), so it is read here, after it."""
-        reqs = batch.reqs
-        live = [not (r.is_retracted or r.finished()) for r in reqs]
-        contexts = (
-            [len(r.origin_input_ids) + len(r.output_ids) for r in reqs] if self.dspark_by_context else None
-        )
-        if len(counts) != len(reqs):  # not this batch's: counted whole, no buckets rather than wrong ones
-            rounds.round(counts, None, None)
-            return
-        if not all(live):
-            counts = [n for n, keep in zip(counts, live, strict=True) if keep]
-            if contexts is not None:
-                contexts = [c for c, keep in zip(contexts, live, strict=True) if keep]
-        # a round of requests that had all finished: the probe skips it as the telemetry does
-        rounds.round(counts, contexts, _round_snapshot if counts else None, batch, live, committed, result)
-
-
-def _round_snapshot(sampled: bool, batch: Any, live: list[bool], committed: Any, result: Any) -> Any:
-    """One round as the probe takes it (``DeferredRounds.probe_round``): each request's id, anchor and
-    liveness, the committed tokens, and on a sampled round the output rows and accept counts."""
-    requests = [
-        (r.rid, *request_anchor(r.output_ids), keep) for r, keep in zip(batch.reqs, live, strict=True)
-    ]
-    if not sampled:
-        return requests, committed, None, None, None
-    capped = getattr(result, "block_accept_lens", None)
-    block = None if capped is None else capped.tolist()
-    return requests, committed, result.next_token_ids.tolist(), result.accept_lens.tolist(), block
+        """After sglang resolved a round (``hooks.round_after_result``): the round work takes it."""
+        if self.dspark_rounds is not None:
+            self.dspark_rounds.round(committed, result, batch)
 
 
 # ------------------------------------------------------------------ the arms
@@ -341,7 +230,6 @@ __all__ = [
     "HarvestMaskFillDSparkWorker",
     "AttentionRanks",
     "attention_ranks",
-    "rank_agreement_values",
     "worker_class_for",
     "parent_worker_of",
 ]

@@ -9,8 +9,9 @@ import sys
 import pytest
 import sglang
 
+from sglang_dspark_plugin.cli import doctor
 from sglang_dspark_plugin.cli import parser as cli
-from sglang_dspark_plugin.sglang_plugin import contract, doctor, workers
+from sglang_dspark_plugin.sglang_plugin import contract, workers
 
 
 def run_doctor(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:

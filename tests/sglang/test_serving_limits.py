@@ -235,8 +235,8 @@ def test_the_worker_keeps_the_telemetry_on_its_dp_groups_first_rank(target_dir: 
     topology = dict(tp_size=4, attn_tp_size=2, attn_dp_size=2, attn_cp_size=1, attn_cp_rank=0)
     with get_parallel().override(tp_rank=2, attn_tp_rank=0, attn_dp_rank=1, **topology):
         worker._dspark_attach(served, tp_rank=2)
-    assert worker.dspark_telemetry is not None and worker.dspark_telemetry.dp_rank == 1
-    assert worker.dspark_telemetry.summary_line().endswith(" dp=1")
+    assert worker.dspark_rounds is not None and worker.dspark_rounds.telemetry.dp_rank == 1
+    assert worker.dspark_rounds.telemetry.summary_line().endswith(" dp=1")
     with get_parallel().override(tp_rank=3, attn_tp_rank=1, attn_dp_rank=1, **topology):
         worker._dspark_attach(served, tp_rank=3)
-    assert worker.dspark_telemetry is None  # its group's first rank logs these rounds
+    assert worker.dspark_rounds is None  # its group's first rank logs these rounds

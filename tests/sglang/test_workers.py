@@ -56,17 +56,17 @@ from sglang_dspark_plugin.serving import (
     ServePlan,
     make_plan,
 )
+from sglang_dspark_plugin.serving.rank_agreement import plan_agreement_values
 from sglang_dspark_plugin.serving.refusals import check_servable
 from sglang_dspark_plugin.serving.releases import BY_VERSION
+from sglang_dspark_plugin.serving.rounds import NO_WORK
 from sglang_dspark_plugin.serving.route import DFLASH_MODEL, DSPARK_MODEL, ZERO_HEAD, DraftRoute, ServedHead
 from sglang_dspark_plugin.sglang_plugin import hooks, resolution, workers
 from sglang_dspark_plugin.sglang_plugin.draft_model import HarvestDSparkDraftModel, prepare_dspark_arm_config
 from sglang_dspark_plugin.sglang_plugin.draft_routes import draft_route
 from sglang_dspark_plugin.sglang_plugin.workers import (
-    NO_WORK,
     HarvestDFlashWorker,
     HarvestDSparkWorker,
-    rank_agreement_values,
     worker_class_for,
 )
 from sglang_dspark_plugin.telemetry import ACCEPT_LOGGER
@@ -99,7 +99,7 @@ def _route(
 
 
 def _req(rid: str, *, live: bool = True) -> SimpleNamespace:
-    """A request as the round hook reads it (``workers._dspark_round``, ``_round_snapshot``)."""
+    """A request as the round hook reads it (``serving.rounds.WorkerRounds.round``)."""
 
     return SimpleNamespace(
         rid=rid,
@@ -127,8 +127,8 @@ def _round(worker, counts: list[int], *, live: list[bool] | None = None) -> None
 
 def _flush(worker) -> None:
     """Run the worker's queued round steps now (under its plugin work, as a request's end does)."""
-    with worker.dspark_work or contextlib.nullcontext():
-        worker.dspark_rounds.run()
+    with worker.dspark_rounds.work or contextlib.nullcontext():
+        worker.dspark_rounds.queue.run()
 
 
 def _hf_config(fixture: str) -> PretrainedConfig:
@@ -471,10 +471,10 @@ def test_the_probe_skips_a_round_of_finished_requests_as_the_telemetry_does(tmp_
     worker = object.__new__(HarvestDFlashWorker)
     worker._dspark_attach(served, tp_rank=0)
     _round(worker, [0], live=[False])  # every request had finished
-    assert worker.dspark_rounds.queued == 0
+    assert worker.dspark_rounds.queue.queued == 0
     _round(worker, [0])
     _flush(worker)
-    assert worker.dspark_probe.rounds == worker.dspark_telemetry.counts.rounds == 1
+    assert worker.dspark_rounds.probe.rounds == worker.dspark_rounds.telemetry.counts.rounds == 1
 
 
 @pytest.mark.parametrize("cls", [HarvestDFlashWorker, HarvestDSparkWorker])
@@ -483,16 +483,17 @@ def test_on_verify_complete_cpu_feeds_one_telemetry_record_per_round(tmp_path, c
     served = _served(tmp_path, fixture)
     worker = object.__new__(cls)  # the real __init__ loads models on a GPU
     worker._dspark_attach(served, tp_rank=0)
-    telemetry = worker.dspark_telemetry
+    telemetry = worker.dspark_rounds.telemetry
     gamma = served.geometry.gamma
     assert telemetry.gamma == gamma and telemetry.harvest == served.resolution.harvest.name()
     with caplog.at_level(logging.INFO, logger=ACCEPT_LOGGER):
         assert worker.on_verify_complete_cpu([0, gamma, 1], batch_size=3) is None  # kept for the hook
-        assert telemetry.counts.rounds == 0 and worker.dspark_rounds.queued == 0
-        worker.dspark_counts = None
+        assert telemetry.counts.rounds == 0 and worker.dspark_rounds.queue.queued == 0
+        worker.dspark_rounds.counts = None
         _round(worker, [0, gamma, 1])
         _round(worker, [2])
-        assert telemetry.counts.rounds == 0 and worker.dspark_rounds.queued == 4  # queued (DeferredRounds)
+        queued = worker.dspark_rounds.queue.queued
+        assert telemetry.counts.rounds == 0 and queued == 4  # queued (DeferredRounds)
         _flush(worker)
     lines = [r.getMessage() for r in caplog.records if "accept round=" in r.getMessage()]
     assert [line.split(" mean=")[0].split("accept_len=")[1] for line in lines] == [
@@ -508,18 +509,18 @@ def test_on_verify_complete_cpu_feeds_one_telemetry_record_per_round(tmp_path, c
 def test_on_verify_complete_cpu_on_other_tp_ranks_records_nothing(tmp_path):
     worker = object.__new__(HarvestDSparkWorker)
     worker._dspark_attach(_served(tmp_path, "dspark_markov_rank0"), tp_rank=1)
-    assert worker.dspark_telemetry is None
+    assert worker.dspark_rounds is None
     _round(worker, [1, 2])  # still calls the parent; nothing to record
-    assert worker.dspark_counts is None
+    assert worker.dspark_rounds is None
 
 
 def test_enable_metrics_attaches_prometheus_counters(tmp_path):
     worker = object.__new__(HarvestDSparkWorker)
     worker._dspark_attach(_served(tmp_path, "dspark_markov_rank0"), tp_rank=0, enable_metrics=True)
-    assert worker.dspark_telemetry.metrics is not None
+    assert worker.dspark_rounds.telemetry.metrics is not None
     _round(worker, [4, 0])
     _flush(worker)
-    assert worker.dspark_telemetry.counts.accepted_drafts == 4
+    assert worker.dspark_rounds.telemetry.counts.accepted_drafts == 4
 
 
 def _timed_plan(tmp_path: Path, **settings: bool) -> ServePlan:
@@ -534,13 +535,13 @@ def _timed_plan(tmp_path: Path, **settings: bool) -> ServePlan:
 def test_plugin_work_is_nothing_unless_asked_for(tmp_path):
     worker = object.__new__(HarvestDSparkWorker)
     worker._dspark_attach(_served(tmp_path, "dspark_markov_rank0"), tp_rank=0)
-    assert worker.dspark_work is NO_WORK
+    assert worker.dspark_rounds.work is NO_WORK
 
 
 def test_host_timing_times_the_plugin_work_of_every_round(tmp_path, caplog):
     worker = object.__new__(HarvestDSparkWorker)
     worker._dspark_attach(_timed_plan(tmp_path, host_timing=True), tp_rank=0)
-    cost = worker.dspark_work.cost
+    cost = worker.dspark_rounds.work.cost
     with caplog.at_level(logging.INFO, logger=ACCEPT_LOGGER):
         for _ in range(4):
             _round(worker, [1, 2])
@@ -560,7 +561,7 @@ def test_sync_debug_wraps_the_plugin_work_in_the_error_mode(tmp_path, monkeypatc
     worker = object.__new__(HarvestDSparkWorker)
     worker._dspark_attach(_timed_plan(tmp_path, sync_debug=True), tp_rank=0)
     seen = []
-    telemetry = worker.dspark_telemetry
+    telemetry = worker.dspark_rounds.telemetry
     original = telemetry.on_verify_complete
     monkeypatch.setattr(
         telemetry,
@@ -580,7 +581,7 @@ def test_sync_debug_without_cuda_checks_nothing_and_says_so(tmp_path, caplog, mo
     worker = object.__new__(HarvestDSparkWorker)
     with caplog.at_level(logging.INFO, logger="sglang_dspark_plugin.sglang_plugin"):
         worker._dspark_attach(_timed_plan(tmp_path, sync_debug=True), tp_rank=0)
-    assert worker.dspark_work is NO_WORK
+    assert worker.dspark_rounds.work is NO_WORK
     assert any("no CUDA device" in r.getMessage() for r in caplog.records)
 
 
@@ -589,7 +590,7 @@ def test_sync_debug_without_cuda_checks_nothing_and_says_so(tmp_path, caplog, mo
 
 def test_rank_agreement_values_name_the_harvest_geometry_and_draft(tmp_path):
     served = _served(tmp_path, "dspark_markov_rank0", env="dspark")
-    values = rank_agreement_values(served)
+    values = plan_agreement_values(served)
     assert values == {
         "harvest": "dspark",
         "source": "env",
@@ -611,7 +612,7 @@ def test_worker_init_takes_the_plan_the_factory_chose_it_for(tmp_path, monkeypat
     ok = object.__new__(worker_class_for(served.layout))
     args = SimpleNamespace(enable_metrics=False, **{resolution.PLAN_ATTR: served})
     assert ok._dspark_harvest_init(args) is served
-    assert ok.dspark_telemetry is not None
+    assert ok.dspark_rounds is not None
     with pytest.raises(DsparkHarvestError, match="no serving plan"):
         object.__new__(HarvestDFlashWorker)._dspark_harvest_init(SimpleNamespace(enable_metrics=False))
 
@@ -844,8 +845,9 @@ def test_registered_factory_and_worker_init_agree_on_real_server_args(
     worker = object.__new__(cls)
     served = worker._dspark_harvest_init(server_args)
     assert served.resolution.harvest is arm
-    assert rank_agreement_values(served)["gamma"] == worker.dspark_telemetry.gamma == served.geometry.gamma
-    assert worker.dspark_telemetry.metrics is not None  # --enable-metrics reached the worker
+    gamma = worker.dspark_rounds.telemetry.gamma
+    assert plan_agreement_values(served)["gamma"] == gamma == served.geometry.gamma
+    assert worker.dspark_rounds.telemetry.metrics is not None  # --enable-metrics reached the worker
     with draft_route(served.route):
         from sglang.srt.models.registry import ModelRegistry
 
@@ -1029,5 +1031,5 @@ def test_worker_init_checks_ranks_then_builds_its_parent_inside_the_route(
         worker = cls(**kwargs)
     assert calls == ["rank agreement", ("parent", sorted(parent_signature.parameters), True, loaded)]
     assert ModelRegistry.resolve_model_cls([arch])[0].__name__ == arch  # restored after the build
-    assert worker.dspark_telemetry is not None
+    assert worker.dspark_rounds is not None
     assert worker.dspark_plan.layout == cls.dspark_layout
