@@ -131,6 +131,31 @@ class ServePlan:
             **self.gamma_flag,
         }
 
+    def check_kept(self, resolved: dict[str, Any]) -> None:
+        """After sglang's own speculative handling: refuse where the builtin changed what the plan
+        declared (``resolved``: the server arguments as sglang resolved them)."""
+        changed = {
+            k: (resolved[k], v) for k, v in self.declared_args.items() if k in resolved and resolved[k] != v
+        }
+        if changed:
+            raise GeometryError(
+                f"{ALGORITHM}: sglang's {self.builtin} handling changed what the {self.harvest.name()} "
+                f"harvest of {self.cfg.path} needs: "
+                + ", ".join(f"{k} = {a!r}, needs {b!r}" for k, (a, b) in changed.items())
+                + "; this sglang version is not supported (run `dspark-harvest doctor`).",
+                where=", ".join(changed),
+            )
+
+    def check_builtin(self, building: str) -> None:
+        """Refuse when sglang builds a ``building`` worker for a launch this plan serves as another."""
+        if building != self.builtin:
+            raise GeometryError(
+                f"{ALGORITHM}: sglang is building a {building} worker but the plan of this launch serves "
+                f"{self.cfg.path} as {self.builtin} (the {self.harvest.name()} harvest); refusing rather "
+                "than serving the wrong convention. Pass sglang's resolved server args on unchanged.",
+                where="speculative_algorithm",
+            )
+
     def announce(self, logger: logging.Logger, *, write: bool = True) -> None:
         """Log the plan, its topology line, its warnings and advice, and its manifest; with ``write``,
         write the manifest where the launch asked for one (the launcher does; its scheduler processes

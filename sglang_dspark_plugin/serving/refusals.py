@@ -48,6 +48,21 @@ class ServeRefusal(DsparkHarvestError, ValueError):
         return cls(f"{ALGORITHM}: {err.message}", kind=err.kind, where=err.where)
 
 
+def no_plan(where: str) -> ServeRefusal:
+    """The refusal of a ``DSPARK_HARVEST`` process whose server args carry no plan: it never re-derives
+    one."""
+    return ServeRefusal(
+        f"{ALGORITHM}: {where} found no serving plan on its server args, so it cannot know which rows "
+        "the drafter was trained for; refusing rather than guessing. The plan is made while sglang "
+        "resolves the launch's arguments, which needs the plugin's hooks in place first: launch with "
+        "`python -m sglang.launch_server ...` or `sglang.Engine(...)`, or call "
+        "`sglang.srt.plugins.load_plugins()` before building ServerArgs yourself, and pass sglang's "
+        "resolved server args on unchanged (a rebuild from fields drops the plan).",
+        kind="unsupported",
+        where="server args",
+    )
+
+
 def as_serve_refusal(err: DsparkHarvestError) -> DsparkHarvestError:
     """``err`` itself when sglang already shows it as an argument error (a ``ValueError``), else wrapped."""
     return err if isinstance(err, ValueError) else ServeRefusal.wrap(err)
@@ -306,6 +321,7 @@ __all__ = [
     "HEAD_TYPES",
     "ServeRefusal",
     "as_serve_refusal",
+    "no_plan",
     "flag_int",
     "refuse_disaggregation",
     "refuse_uncapturable",

@@ -45,6 +45,23 @@ class SglangSupport:
         return cls(version, release.mask_fill_dspark, release.pd_builtins, release.dspark_subfolder)
 
 
+REQUEST_ARGS = (
+    "speculative_draft_model_path",
+    "speculative_draft_model_revision",
+    "model_path",
+    "revision",
+    "download_dir",
+    "speculative_num_draft_tokens",
+    flag_field(DFLASH_BLOCK_FLAG),
+    flag_field(DSPARK_BLOCK_FLAG),
+    "disaggregation_mode",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "page_size",
+)
+"""sglang's server arguments a ``LaunchRequest`` is made of (``LaunchRequest.of``)."""
+
+
 @dataclass(frozen=True)
 class LaunchRequest:
     """What a launch asks for: the server arguments that matter and the settings as set at launch."""
@@ -103,6 +120,7 @@ __all__ = [
     "DFLASH_BLOCK_FLAG",
     "DSPARK_BLOCK_FLAG",
     "MANIFEST_ENV_VAR",
+    "REQUEST_ARGS",
     "LaunchRequest",
     "SglangSupport",
     "flag_field",

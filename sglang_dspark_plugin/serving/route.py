@@ -1,7 +1,7 @@
 """The draft route: what the worker builds its draft as, decided by the plan (sglang-free).
 
 The worker builds its sglang parent inside the route the plan hands it (``ServePlan.route``); the glue
-(``sglang_plugin.draft_routes``) only translates it into a ``ModelRegistry`` swap:
+(``sglang_plugin.draft_model.draft_route``) only translates it into a ``ModelRegistry`` swap:
 
 * DFLASH: a dense DSpark-named drafter without a Markov head loads as sglang's ``DFlashDraftModel``
   (one backbone, the same weights); any other draft is sglang's own class.
@@ -13,6 +13,7 @@ The worker builds its sglang parent inside the route the plan hands it (``ServeP
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..census.architectures import SGLANG_BUNDLED_DSPARK, SGLANG_DENSE_DSPARK, SGLANG_DSPARK_ARM
 from ..census.draft_config import DflashCfg
@@ -55,6 +56,54 @@ class DraftRoute:
     sample_from_anchor: bool | None = None
 
 
+def config_value(config: Any, key: str) -> Any:
+    """A key of a draft config held as a dict or as attributes (``None`` when absent)."""
+    return config.get(key) if isinstance(config, dict) else getattr(config, key, None)
+
+
+def set_config_value(config: Any, key: str, value: Any) -> None:
+    if isinstance(config, dict):
+        config[key] = value
+    else:
+        setattr(config, key, value)
+
+
+def write_head(config: Any, head: ServedHead) -> None:
+    """Write the head's rank and type into every spelling sglang's parse reads, and the top level the
+    model builds its head from: the prefixed key, then ``dspark_config`` (0.5.23 merges ``dflash_config``
+    under it), then ``text_config``, then the top level."""
+    rank, head_type = head.parsed
+    set_config_value(config, "markov_rank", rank)
+    set_config_value(config, "markov_head_type", head_type)
+    if config_value(config, "dspark_markov_rank") is not None:
+        set_config_value(config, "dspark_markov_rank", rank)
+        set_config_value(config, "dspark_markov_head_type", head_type)
+    for key in ("dspark_config", "dflash_config"):
+        nested = config_value(config, key)
+        if isinstance(nested, dict) and ("markov_rank" in nested or "markov_head_type" in nested):
+            set_config_value(config, key, {**nested, "markov_rank": rank, "markov_head_type": head_type})
+    text = config_value(config, "text_config")
+    if text is not None and text is not config and config_value(text, "markov_rank") is not None:
+        set_config_value(text, "markov_rank", rank)
+        set_config_value(text, "markov_head_type", head_type)
+
+
+def rewrite_config(route: DraftRoute, config: Any, parsed_head: tuple[int, str], parsed_mask: Any) -> None:
+    """Make a DSPARK draft config say what ``route`` serves, given what sglang's parse read from it
+    (``parsed_head``: ``(rank, type)``; ``parsed_mask``: the mask token it found, or None): the route's
+    head where the parse or the top level differs (the zero head always), no confidence features from
+    a zero head, and the route's mask token where sglang's lookup finds none."""
+    head = route.head
+    assert head is not None  # the plan hands the dspark arm a head always (``route_for``)
+    if head.zero or parsed_head != head.parsed or config_value(config, "markov_rank") != head.rank:
+        write_head(config, head)
+    if head.zero and config_value(config, "confidence_head_with_markov") is None:
+        # A confidence head (non-static ragged verify) must not read Markov features that are all zero.
+        set_config_value(config, "confidence_head_with_markov", False)
+    if parsed_mask is None and route.mask_token_id is not None:
+        set_config_value(config, "mask_token_id", int(route.mask_token_id))
+
+
 def served_head(cfg: DflashCfg) -> ServedHead | None:
     """The head DSPARK builds for ``cfg``: the census's, or the zero head; ``None`` where the census
     knows no type (only a head the target's keys declare gets this far: sglang's reading stands)."""
@@ -83,5 +132,9 @@ __all__ = [
     "ServedHead",
     "ZERO_HEAD",
     "route_for",
+    "rewrite_config",
+    "config_value",
+    "set_config_value",
+    "write_head",
     "served_head",
 ]

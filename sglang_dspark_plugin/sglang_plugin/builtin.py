@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import GeometryError
 from ..serving import ALGORITHM, make_plan
 from ..util.logsafe import safe_logger
 from .contract import require_worker_contract
@@ -71,22 +70,11 @@ def rewrite_to_builtin(server_args: Any) -> Any:
 def check_rewritten(server_args: Any) -> None:
     """After sglang's own speculative handling: the builtin kept the plan's geometry."""
     plan = plan_of(server_args)
-    if plan is None:
-        return
-    record = unwrap_record(server_args)
-    got = {
-        "speculative_algorithm": str(read_arg(record, "speculative_algorithm") or "").upper(),
-        "speculative_num_draft_tokens": read_arg(record, "speculative_num_draft_tokens"),
-    }
-    changed = {k: (got[k], v) for k, v in plan.declared_args.items() if k in got and got[k] != v}
-    if changed:
-        raise GeometryError(
-            f"{ALGORITHM}: sglang's {plan.builtin} handling changed what the {plan.harvest.name()} "
-            f"harvest of {plan.cfg.path} needs: "
-            + ", ".join(f"{k} = {a!r}, needs {b!r}" for k, (a, b) in changed.items())
-            + "; this sglang version is not supported (run `dspark-harvest doctor`).",
-            where=", ".join(changed),
-        )
+    if plan is not None:
+        record = unwrap_record(server_args)
+        algorithm = str(read_arg(record, "speculative_algorithm") or "").upper()
+        tokens = read_arg(record, "speculative_num_draft_tokens")
+        plan.check_kept({"speculative_algorithm": algorithm, "speculative_num_draft_tokens": tokens})
 
 
 def worker_after_create(result: Any, algorithm: Any, server_args: Any, *args: Any, **kwargs: Any) -> Any:
@@ -100,13 +88,7 @@ def worker_after_create(result: Any, algorithm: Any, server_args: Any, *args: An
         if asked_for_plugin(server_args):
             require_plan(server_args, f"sglang's {name} worker factory")
         return None  # a plain DFLASH/DSPARK launch: sglang's own worker
-    if plan.builtin != name:
-        raise GeometryError(
-            f"{ALGORITHM}: sglang is building a {name} worker but the plan of this launch serves "
-            f"{plan.cfg.path} as {plan.builtin} (the {plan.harvest.name()} harvest); refusing rather than "
-            "serving the wrong convention. Pass sglang's resolved server args on unchanged.",
-            where="speculative_algorithm",
-        )
+    plan.check_builtin(name)
     from .workers import parent_worker_of, worker_class_for
 
     cls = worker_class_for(plan.layout)
@@ -131,13 +113,3 @@ def register_early_hooks() -> str:
         HookRegistry.register(CREATE_WORKER_TARGET, worker_after_create, HookType.AFTER)
     route: str = adapter().register_rewrite(rewrite_to_builtin, check_rewritten)
     return route
-
-
-__all__ = [
-    "SOURCE",
-    "rewrite_to_builtin",
-    "check_rewritten",
-    "register_early_hooks",
-    "worker_after_create",
-    "CREATE_WORKER_TARGET",
-]

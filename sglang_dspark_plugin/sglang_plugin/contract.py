@@ -24,7 +24,8 @@ from ..errors import DsparkHarvestError
 from ..serving import ALGORITHM
 from ..serving.releases import TESTED
 from ..serving.releases import installed_sglang as sglang_version
-from ..util.contract_check import HookStatus, check_entry
+from ..serving.request import REQUEST_ARGS
+from ..util.contract_check import HookStatus, check_entry, check_fields
 from .hooks import HOOK_CONTRACT
 from .resolution import adapter
 
@@ -75,32 +76,8 @@ PLUGIN_CONTRACT: list[Entry] = [
 ]
 """What the registration and argument code relies on in every supported version."""
 
-SERVER_ARGS_FIELDS = (
-    "speculative_algorithm",
-    "speculative_draft_model_path",
-    "speculative_num_draft_tokens",
-    "speculative_num_steps",
-    "speculative_eagle_topk",
-    "page_size",
-    "speculative_dflash_block_size",
-    "speculative_dspark_block_size",
-    "disaggregation_mode",
-    "device",
-)
-"""ServerArgs fields read or set by ``handle_server_args``."""
-
-
-def worker_contract() -> list[Entry] | HookStatus:
-    """``workers.WORKER_CONTRACT``, or a failing status when the workers module does not import."""
-    target = "sglang_dspark_plugin.sglang_plugin.workers"
-    try:
-        workers = importlib.import_module(target)
-    except Exception as err:  # noqa: BLE001 - any import failure is a contract failure to report
-        return HookStatus(target, "WORKER_CONTRACT", None, False, f"does not import: {err!r}")
-    entries = getattr(workers, "WORKER_CONTRACT", None)
-    if entries is None:
-        return HookStatus(target, "WORKER_CONTRACT", None, False, "missing")
-    return list(entries)
+SERVER_ARGS_FIELDS = ("speculative_algorithm", "device", *REQUEST_ARGS)
+"""ServerArgs fields the plugin reads or declares (``REQUEST_ARGS``: the plan's request)."""
 
 
 def full_contract() -> list[Entry]:
@@ -113,41 +90,32 @@ def registration_contract() -> list[Entry]:
     return full_contract() + list(HOOK_CONTRACT)
 
 
-def check_contract(extra: list[Entry] | None = None, *, workers: bool = True) -> list[HookStatus]:
-    """Check the registration's entries, the ServerArgs fields, the workers' entries and ``extra``.
+def check_contract(*, workers: bool = True) -> list[HookStatus]:
+    """Check the registration's entries, the ServerArgs fields and the workers' entries.
 
     ``workers=False`` leaves out the workers' entries (what ``register()`` checks: no worker module of
     sglang is imported).
     """
     statuses = [check_entry(*entry) for entry in registration_contract()]
-    server_args = next((s for s in statuses if s.qualname == "ServerArgs"), None)
-    if server_args is not None and server_args.ok:
-        from sglang.srt.server_args import ServerArgs
-
-        known = set(getattr(ServerArgs, "__dataclass_fields__", {})) or set(dir(ServerArgs))
-        for name in SERVER_ARGS_FIELDS:
-            ok = name in known
-            statuses.append(
-                HookStatus("sglang.srt.server_args", f"ServerArgs.{name}", None, ok, "" if ok else "missing")
-            )
+    statuses += check_fields("sglang.srt.server_args", "ServerArgs", SERVER_ARGS_FIELDS)
     if workers:
         statuses += check_worker_contract()
-    statuses += [check_entry(*entry) for entry in extra or ()]
     return statuses
 
 
 def check_worker_contract() -> list[HookStatus]:
-    """Check the workers' entries (imports sglang's worker and model modules)."""
-    entries = worker_contract()
-    if isinstance(entries, HookStatus):
-        return [entries]
+    """Check the workers' entries (``workers.WORKER_CONTRACT``; imports sglang's worker and model modules)."""
+    target = f"{__package__}.workers"
+    try:
+        entries = importlib.import_module(target).WORKER_CONTRACT
+    except Exception as err:  # noqa: BLE001 - any import failure is a contract failure to report
+        return [HookStatus(target, "WORKER_CONTRACT", None, False, f"does not import: {err!r}")]
     return [check_entry(*entry) for entry in entries]
 
 
 FIX = (
     "install a supported sglang (from a checkout of this package: pip install '.[sglang-0523]' or "
-    "'.[sglang-0517]') "
-    "and run `dspark-harvest doctor`"
+    "'.[sglang-0517]') and run `dspark-harvest doctor`"
 )
 
 
@@ -184,21 +152,3 @@ def require_worker_contract() -> None:
             mismatch_message(missing, "cannot serve"), where=", ".join(s.target for s in missing[:6])
         )
     _WORKERS_CHECKED = True
-
-
-__all__ = [
-    "SUPPORTED_SGLANG",
-    "PLUGIN_CONTRACT",
-    "SERVER_ARGS_FIELDS",
-    "HookStatus",
-    "sglang_version",
-    "check_entry",
-    "check_contract",
-    "check_worker_contract",
-    "require_worker_contract",
-    "WorkerContractError",
-    "mismatch_message",
-    "registration_contract",
-    "full_contract",
-    "worker_contract",
-]

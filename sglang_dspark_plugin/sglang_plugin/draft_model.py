@@ -1,11 +1,15 @@
-"""The dspark arm's draft model: sglang's ``DSparkDraftModel`` built from a draft config rewritten to
-what the plan's route serves (``serving.route``: the query layout, the census's Markov head, the zero
-rank-1 head where the checkpoint has none), and the parse answer that makes sglang's own parse of that
-config agree."""
+"""The draft as the plan's route (``serving.route.DraftRoute``) says: while a worker builds its draft,
+the route's names load the class it names through this process's ``ModelRegistry`` (``draft_route``).
+The dspark arm's class is sglang's ``DSparkDraftModel`` built from a draft config rewritten to what the
+route serves (``serving.route.rewrite_config``: the query layout, the census's Markov head, the zero
+rank-1 head where the checkpoint has none); the parse answer makes sglang's own parse of it agree."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import threading
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import torch
@@ -14,37 +18,7 @@ from sglang.srt.speculative.dspark_components.dspark_config import parse_dspark_
 
 from ..errors import InvalidCheckpointError
 from ..harvest import ENV_VAR
-from ..serving.route import DraftRoute
-
-
-def _cfg_get(config: Any, key: str) -> Any:
-    return config.get(key) if isinstance(config, dict) else getattr(config, key, None)
-
-
-def _cfg_set(config: Any, key: str, value: Any) -> None:
-    if isinstance(config, dict):
-        config[key] = value
-    else:
-        setattr(config, key, value)
-
-
-def _set_markov(config: Any, rank: int, head_type: str) -> None:
-    """Write the Markov rank and head type into every spelling sglang reads (and the model's own)."""
-    # sglang's parse reads the prefixed key, then dspark_config (0.5.23 merges dflash_config under it),
-    # then text_config, then the top level; the model builds its head from the top level only.
-    _cfg_set(config, "markov_rank", rank)
-    _cfg_set(config, "markov_head_type", head_type)
-    if _cfg_get(config, "dspark_markov_rank") is not None:
-        _cfg_set(config, "dspark_markov_rank", rank)
-        _cfg_set(config, "dspark_markov_head_type", head_type)
-    for key in ("dspark_config", "dflash_config"):
-        nested = _cfg_get(config, key)
-        if isinstance(nested, dict) and ("markov_rank" in nested or "markov_head_type" in nested):
-            _cfg_set(config, key, {**nested, "markov_rank": rank, "markov_head_type": head_type})
-    text = _cfg_get(config, "text_config")
-    if text is not None and text is not config and _cfg_get(text, "markov_rank") is not None:
-        _cfg_set(text, "markov_rank", rank)
-        _cfg_set(text, "markov_head_type", head_type)
+from ..serving.route import DSPARK_MODEL, DraftRoute, rewrite_config, set_config_value
 
 
 def prepare_dspark_arm_config(config: Any, route: DraftRoute) -> bool:
@@ -62,7 +36,7 @@ def prepare_dspark_arm_config(config: Any, route: DraftRoute) -> bool:
             "server args on unchanged (the plan decides the head).",
             where="draft route",
         )
-    _cfg_set(config, "sample_from_anchor", bool(route.sample_from_anchor))
+    set_config_value(config, "sample_from_anchor", bool(route.sample_from_anchor))
     try:
         parsed = parse_dspark_draft_config(draft_hf_config=config)
     except ValueError as exc:
@@ -72,15 +46,7 @@ def prepare_dspark_arm_config(config: Any, route: DraftRoute) -> bool:
             f"the DFlash strategy, serve it with {ENV_VAR}=dflash).",
             where="config.json",
         ) from exc
-    top_level = _cfg_get(config, "markov_rank")
-    if head.zero or (parsed.markov_rank, parsed.markov_head_type) != head.parsed or top_level != head.rank:
-        # The model builds its head from the top-level keys only, wherever sglang's parser found them.
-        _set_markov(config, head.rank, head.head_type)
-    if head.zero and _cfg_get(config, "confidence_head_with_markov") is None:
-        # A confidence head (non-static ragged verify) must not read Markov features that are all zero.
-        _cfg_set(config, "confidence_head_with_markov", False)
-    if parsed.mask_token_id is None and route.mask_token_id is not None:
-        _cfg_set(config, "mask_token_id", int(route.mask_token_id))
+    rewrite_config(route, config, (parsed.markov_rank, parsed.markov_head_type), parsed.mask_token_id)
     check = parse_dspark_draft_config(draft_hf_config=config)
     if not check.require_markov() or check.markov_rank != head.rank:
         raise InvalidCheckpointError(
@@ -135,8 +101,50 @@ class HarvestDSparkDraftModel(DSparkDraftModel):
                 p.zero_()
 
 
-__all__ = [
-    "HarvestDSparkDraftModel",
-    "prepare_dspark_arm_config",
-    "with_markov_head",
-]
+_route_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _registry_swap(names: tuple[str, ...], cls: type) -> Iterator[None]:
+    """Load ``cls`` for these architecture names in this process's ``ModelRegistry``, until exit."""
+    # Imported here: the registry module imports every model module, too slow for plugin import.
+    from sglang.srt.models.registry import ModelRegistry
+
+    ModelRegistry.get_supported_archs()  # 0.5.23 loads its default table lazily: load it first
+    saved = {name: ModelRegistry.models.get(name) for name in names}
+    for name in names:
+        ModelRegistry.models[name] = cls
+    try:
+        yield
+    finally:
+        for name, old in saved.items():
+            if old is None:
+                ModelRegistry.models.pop(name, None)
+            else:
+                ModelRegistry.models[name] = old
+
+
+@contextlib.contextmanager
+def draft_route(route: DraftRoute) -> Iterator[None]:
+    """While the worker builds its draft, ``route.names`` load ``route.loads_as``.
+
+    The swap is in this process's ``ModelRegistry`` only and is undone on exit, so the target (already
+    loaded) and any later model load see sglang's own classes. The plugin's DSpark model reads the route
+    (its head, mask token and query layout) while it is built.
+    """
+    if route.loads_as is None or not route.names:
+        yield
+        return
+    if route.loads_as != DSPARK_MODEL:
+        from sglang.srt.models.dflash import DFlashDraftModel
+
+        with _route_lock, _registry_swap(route.names, DFlashDraftModel):
+            yield
+        return
+    with _route_lock:
+        HarvestDSparkDraftModel._route = route
+        try:
+            with _registry_swap(route.names, HarvestDSparkDraftModel):
+                yield
+        finally:
+            HarvestDSparkDraftModel._route = None

@@ -145,15 +145,3 @@ def served_markov_after_parse(result: Any, *args: Any, **kwargs: Any) -> Any:
     from . import draft_model
 
     return draft_model.with_markov_head(result, head.parsed)
-
-
-__all__ = [
-    "PARSE_HOOK_TARGET",
-    "RESULT_HOOK_TARGET",
-    "HOOK_CONTRACT",
-    "TARGET_CONTRACT",
-    "register_hooks",
-    "round_after_result",
-    "served_markov_after_parse",
-    "same_path",
-]

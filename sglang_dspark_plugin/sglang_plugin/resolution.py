@@ -22,30 +22,12 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
-from ..serving import ALGORITHM, MANIFEST_ENV_VAR, LaunchRequest, ServePlan, ServeRefusal, SglangSupport
-from ..serving.request import DFLASH_BLOCK_FLAG, DSPARK_BLOCK_FLAG, flag_field
-from ..util.logsafe import safe_logger
-
-logger = safe_logger("sglang_dspark_plugin.sglang_plugin")
+from ..serving import ALGORITHM, LaunchRequest, ServePlan, SglangSupport
+from ..serving.refusals import no_plan
+from ..serving.request import REQUEST_ARGS
 
 PLAN_ATTR = "_dspark_harvest_plan"
 """Private attribute on sglang's server args: the ``ServePlan`` of this launch."""
-
-REQUEST_FIELDS = (
-    "speculative_draft_model_path",
-    "speculative_draft_model_revision",
-    "model_path",
-    "revision",
-    "download_dir",
-    "speculative_num_draft_tokens",
-    flag_field(DFLASH_BLOCK_FLAG),
-    flag_field(DSPARK_BLOCK_FLAG),
-    "disaggregation_mode",
-    "speculative_num_steps",
-    "speculative_eagle_topk",
-    "page_size",
-)
-"""The server arguments a ``LaunchRequest`` is made of."""
 
 
 @functools.cache
@@ -80,7 +62,7 @@ def optional_arg(server_args: Any, name: str) -> Any:
 
 def launch_request(server_args: Any, environ: Mapping[str, str] | None = None) -> LaunchRequest:
     """The typed snapshot of this launch: its server arguments and the settings as set now."""
-    args = {name: optional_arg(server_args, name) for name in REQUEST_FIELDS}
+    args = {name: optional_arg(server_args, name) for name in REQUEST_ARGS}
     return LaunchRequest.of(args, os.environ if environ is None else environ)
 
 
@@ -164,20 +146,12 @@ def asked_for_plugin(server_args: Any) -> bool:
 
 
 def require_plan(server_args: Any, where: str) -> ServePlan:
-    """The plan, or a refusal: a process of a ``DSPARK_HARVEST`` server never re-derives one."""
+    """The plan, or a refusal (``refusals.no_plan``): a process of a ``DSPARK_HARVEST`` server never
+    re-derives one."""
     plan = plan_of(server_args)
-    if plan is not None:
-        return plan
-    raise ServeRefusal(
-        f"{ALGORITHM}: {where} found no serving plan on its server args, so it cannot know which rows "
-        "the drafter was trained for; refusing rather than guessing. The plan is made while sglang "
-        "resolves the launch's arguments, which needs the plugin's hooks in place first: launch with "
-        "`python -m sglang.launch_server ...` or `sglang.Engine(...)`, or call "
-        "`sglang.srt.plugins.load_plugins()` before building ServerArgs yourself, and pass sglang's "
-        "resolved server args on unchanged (a rebuild from fields drops the plan).",
-        kind="unsupported",
-        where="server args",
-    )
+    if plan is None:
+        raise no_plan(where)
+    return plan
 
 
 def published_server_args() -> Any | None:
@@ -188,23 +162,3 @@ def published_server_args() -> Any | None:
         return get_context().server_args
     except ValueError:  # "Global server args is not set yet!"
         return None
-
-
-__all__ = [
-    "ALGORITHM",
-    "MANIFEST_ENV_VAR",
-    "PLAN_ATTR",
-    "ServeRefusal",
-    "unwrap_record",
-    "read_arg",
-    "optional_arg",
-    "adapter",
-    "launch_request",
-    "sglang_support",
-    "disaggregation_builtins",
-    "dflash_reads_layout",
-    "plan_of",
-    "asked_for_plugin",
-    "require_plan",
-    "published_server_args",
-]

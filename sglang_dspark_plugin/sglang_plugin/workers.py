@@ -1,15 +1,13 @@
-"""The DSPARK_HARVEST workers: sglang's own DFlash-family workers, one per harvest arm.
+"""The DSPARK_HARVEST workers: sglang's own DFlash-family workers, one per plan layout (``WORKERS``).
 
-Each worker resolves the harvest, checks that every TP rank agrees, builds its sglang parent inside its
-arm's draft route (``draft_routes``) and feeds the accept telemetry from sglang's host-side per-round
-hook; ``worker_class_for`` is the factory. docs/workers.md describes the arms against sglang's code.
+Each takes the plan sglang handed its scheduler, checks that every TP rank agrees, builds its sglang
+parent inside the plan's draft route (``draft_model.draft_route``) and hands sglang's rounds to the
+plan's round work (``serving.rounds.WorkerRounds``). docs/workers.md describes them against sglang's code.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
 from sglang.srt.speculative.dspark_components.dspark_worker_v2 import DSparkWorkerV2
@@ -21,7 +19,8 @@ from ..serving.placement import AttentionRanks
 from ..serving.rank_agreement import check_rank_agreement, plan_agreement_values
 from ..serving.rounds import WorkerRounds
 from ..util.logsafe import safe_logger
-from .draft_routes import draft_route
+from ..util.signatures import bound_argument, signature_of
+from .draft_model import draft_route
 from .hooks import TARGET_CONTRACT
 from .resolution import optional_arg, require_plan
 
@@ -96,28 +95,6 @@ def attention_ranks(tp_rank: int) -> AttentionRanks:
     return ranks if ranks.tp_rank == tp_rank else AttentionRanks(tp_rank, tp_rank, 0, 0, 1)
 
 
-_Init = TypeVar("_Init", bound=Callable[..., None])
-
-
-def _signature_of(parent: Callable[..., Any]) -> Callable[[_Init], _Init]:
-    """Give a routed ``__init__(self, *args, **kwargs)`` the signature of ``parent``: what
-    ``inspect.signature`` reports, and what the call must bind to (``_server_args``)."""
-    signature = inspect.signature(parent)
-
-    def sign(init: _Init) -> _Init:
-        vars(init)["__signature__"] = signature  # read by inspect.signature
-        return init
-
-    return sign
-
-
-def _server_args(worker: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """The ``server_args`` of a call to ``worker``'s routed ``__init__``, positional or keyword; a call
-    its parent's signature does not bind raises ``TypeError`` before anything starts."""
-    bound = inspect.signature(type(worker).__init__).bind(worker, *args, **kwargs)
-    return bound.arguments["server_args"]
-
-
 class _HarvestWorkerMixin:
     """The plan, the rank agreement and the plan's round work (``serving.rounds``), common to the arms."""
 
@@ -172,9 +149,9 @@ class HarvestDFlashWorker(_HarvestWorkerMixin, DFlashWorkerV2):
 
     dspark_layout = MASK_FILL
 
-    @_signature_of(DFlashWorkerV2.__init__)
+    @signature_of(DFlashWorkerV2.__init__)
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        with draft_route(self._dspark_harvest_init(_server_args(self, args, kwargs)).route):
+        with draft_route(self._dspark_harvest_init(bound_argument(self, "server_args", args, kwargs)).route):
             super().__init__(*args, **kwargs)
 
 
@@ -183,9 +160,9 @@ class HarvestDSparkWorker(_HarvestWorkerMixin, DSparkWorkerV2):
 
     dspark_layout = SHIFTED
 
-    @_signature_of(DSparkWorkerV2.__init__)
+    @signature_of(DSparkWorkerV2.__init__)
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        with draft_route(self._dspark_harvest_init(_server_args(self, args, kwargs)).route):
+        with draft_route(self._dspark_harvest_init(bound_argument(self, "server_args", args, kwargs)).route):
             super().__init__(*args, **kwargs)
 
 
@@ -220,16 +197,3 @@ def worker_class_for(layout: Layout) -> type:
             + ".",
             where="worker_class_for",
         ) from None
-
-
-__all__ = [
-    "WORKER_CONTRACT",
-    "WORKERS",
-    "HarvestDFlashWorker",
-    "HarvestDSparkWorker",
-    "HarvestMaskFillDSparkWorker",
-    "AttentionRanks",
-    "attention_ranks",
-    "worker_class_for",
-    "parent_worker_of",
-]

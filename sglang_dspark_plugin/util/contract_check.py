@@ -64,4 +64,18 @@ def check_entry(module: str, qualname: str, params: tuple[str, ...] | None) -> H
     return HookStatus(module, qualname, params, True)
 
 
-__all__ = ["HookStatus", "check_entry"]
+def check_fields(module: str, qualname: str, names: tuple[str, ...]) -> list[HookStatus]:
+    """Check that the class ``module.qualname`` has each of these fields (a dataclass's fields, else its
+    attributes); one status per field, none when the class itself does not resolve."""
+    try:
+        cls = _resolve(module, qualname)
+    except (ImportError, AttributeError):
+        return []
+    known = set(getattr(cls, "__dataclass_fields__", {})) or set(dir(cls))
+    return [
+        HookStatus(module, f"{qualname}.{name}", None, name in known, "" if name in known else "missing")
+        for name in names
+    ]
+
+
+__all__ = ["HookStatus", "check_entry", "check_fields"]

@@ -62,8 +62,11 @@ from sglang_dspark_plugin.serving.releases import BY_VERSION
 from sglang_dspark_plugin.serving.rounds import NO_WORK
 from sglang_dspark_plugin.serving.route import DFLASH_MODEL, DSPARK_MODEL, ZERO_HEAD, DraftRoute, ServedHead
 from sglang_dspark_plugin.sglang_plugin import hooks, resolution, workers
-from sglang_dspark_plugin.sglang_plugin.draft_model import HarvestDSparkDraftModel, prepare_dspark_arm_config
-from sglang_dspark_plugin.sglang_plugin.draft_routes import draft_route
+from sglang_dspark_plugin.sglang_plugin.draft_model import (
+    HarvestDSparkDraftModel,
+    draft_route,
+    prepare_dspark_arm_config,
+)
 from sglang_dspark_plugin.sglang_plugin.workers import (
     HarvestDFlashWorker,
     HarvestDSparkWorker,
