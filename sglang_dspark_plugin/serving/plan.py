@@ -109,6 +109,19 @@ class ServePlan:
         Markov head (the zero head for a shifted drafter without one), mask token and query layout."""
         return route_for(self.layout, self.cfg, self.architectures)
 
+    def parse_head(self, config_name: Any) -> tuple[int, str] | None:
+        """The Markov head ``(rank, type)`` sglang's DSpark parse must report for the draft config named
+        ``config_name``: the route's head for the served draft's own config (matched by path; the zero
+        rank-1 head for a shifted drafter without one), else None (sglang's own reading stands)."""
+        head = self.route.head
+        if not config_name or head is None:
+            return None
+        return (
+            head.parsed
+            if same_path(config_name, self.draft) or same_path(config_name, self.cfg.path)
+            else None
+        )
+
     @property
     def narrowed(self) -> bool:
         """Whether the launch serves a narrower block than the checkpoint was trained on."""

@@ -48,6 +48,30 @@ class ServeRefusal(DsparkHarvestError, ValueError):
         return cls(f"{ALGORITHM}: {err.message}", kind=err.kind, where=err.where)
 
 
+SGLANG_FIX = (
+    "install a supported sglang (from a checkout of this package: pip install '.[sglang-0523]' or "
+    "'.[sglang-0517]') and run `dspark-harvest doctor`"
+)
+
+
+class WorkerContractError(ServeRefusal):
+    """The installed sglang lacks a class, method or parameter the workers rely on."""
+
+    def __init__(self, message: str, *, where: str | None = None) -> None:
+        super().__init__(message, kind="unsupported", where=where)
+
+
+def contract_mismatch(version: str | None, missing: list[tuple[str, str]], outcome: str) -> str:
+    """One line: what sglang ``version`` lacks (``(target, problem)`` pairs), what that means for the
+    plugin (``outcome``: "NOT registered", "cannot serve"), and the fix."""
+    shown = "; ".join(f"{target} ({problem})" for target, problem in missing[:6])
+    more = f" and {len(missing) - 6} more" if len(missing) > 6 else ""
+    return (
+        f"sglang-dspark-plugin: {ALGORITHM} {outcome}: sglang {version} lacks what the plugin relies on: "
+        f"{shown}{more}; other speculative algorithms are unaffected; {SGLANG_FIX}."
+    )
+
+
 def no_plan(where: str) -> ServeRefusal:
     """The refusal of a ``DSPARK_HARVEST`` process whose server args carry no plan: it never re-derives
     one."""
@@ -154,6 +178,15 @@ def require_model_type(cfg: DflashCfg) -> None:
 
 ANCHOR_FIRST_KEYS = ("sample_from_anchor", "query_zero_predicts_next")
 """The keys that declare the anchor-first (shifted) layout, at the top level or in ``dflash_config``."""
+
+
+def layout_probe_configs() -> tuple[dict[str, Any], dict[str, Any]]:
+    """Two DFLASH draft configs alike but for the anchor-first keys (declared at the top level and in
+    ``dflash_config``): a DFLASH parser that answers them differently, or refuses the second, reads the
+    keys itself (``SglangSupport.dflash_reads_layout``)."""
+    plain = {"num_hidden_layers": 1, "block_size": 4, "dflash_config": {"target_layer_ids": [0]}}
+    keys = dict.fromkeys(ANCHOR_FIRST_KEYS, True)
+    return plain, {**plain, **keys, "dflash_config": {"target_layer_ids": [0], **keys}}
 
 
 def refuse_double_shift(cfg: DflashCfg, layout: Layout, support: SglangSupport) -> None:
@@ -322,6 +355,9 @@ __all__ = [
     "ServeRefusal",
     "as_serve_refusal",
     "no_plan",
+    "SGLANG_FIX",
+    "WorkerContractError",
+    "contract_mismatch",
     "flag_int",
     "refuse_disaggregation",
     "refuse_uncapturable",
@@ -329,6 +365,7 @@ __all__ = [
     "require_model_type",
     "refuse_double_shift",
     "ANCHOR_FIRST_KEYS",
+    "layout_probe_configs",
     "dspark_arm_names",
     "check_servable",
 ]

@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..serving import ALGORITHM
+from ..serving.refusals import SGLANG_FIX
 from ..serving.releases import untested_warning
 from ..util.logsafe import safe_logger
 from . import builtin, contract, hooks
-from .contract import FIX as _FIX
 from .resolution import require_plan
 
 logger = safe_logger("sglang_dspark_plugin.sglang_plugin")
@@ -50,14 +50,11 @@ def _factory(server_args: Any) -> type:
 
 
 def register() -> bool:
-    """Register ``DSPARK_HARVEST`` with sglang; idempotent; never raises.
+    """Register ``DSPARK_HARVEST`` with sglang; idempotent; never raises; returns whether it is registered.
 
-    Checks the installed sglang against the registration's contract (argument handling, the spec
-    class, the hooks; modules sglang has loaded already) and imports none of sglang's worker or model
-    modules, so every sglang process starts as fast as without the plugin; the workers' entries are
-    checked when the workers are first needed (``contract.require_worker_contract``). On a mismatch it
-    registers nothing and logs ONE error line, so sglang keeps serving every other algorithm. Returns
-    whether the algorithm is registered afterwards.
+    Checks the registration's contract and imports none of sglang's worker or model modules, so every
+    sglang process starts as fast as without the plugin. On a mismatch it registers nothing and logs ONE
+    error line, so sglang keeps serving every other algorithm.
     """
     try:
         version = contract.sglang_version()
@@ -85,7 +82,7 @@ def register() -> bool:
             "sglang-dspark-plugin: %s NOT registered: %r; other speculative algorithms are unaffected; %s.",
             ALGORITHM,
             err,
-            _FIX,
+            SGLANG_FIX,
         )
         return False
 

@@ -1,14 +1,9 @@
-"""The adapter for sglang's in-place argument resolution (0.5.17's ``ServerArgs.__post_init__``; every
-release before the resolution-hook API of 0.5.20).
+"""The adapter for sglang's in-place argument resolution (``ServerArgs.__post_init__``: 0.5.17 to 0.5.19).
 
-A plugin's ``handle_server_args`` receives the record itself; sglang's handlers assign fields in
-place (0.5.17, 0.5.18) or declare them (0.5.19), and the plugin does the same (``declare_args``).
-There is no resolution-hook API: the rewrite wraps ``ServerArgs.__post_init__`` with a
-``HookRegistry`` AROUND hook (``load_plugins()`` runs before the launcher or the Engine builds any
-``ServerArgs``), then sglang's whole resolution runs, then the check. 0.5.19's ``__post_init__``
-leaves the record raw (``server_args.py:3663``) and ``resolve_once`` runs the pipeline later: there
-the plan and the builtin are still declared at ``__post_init__`` (the pipeline keeps them,
-``pipeline.py:57-61``) and the check runs AFTER ``resolve_once``.
+Handlers assign fields in place (0.5.17, 0.5.18) or declare them (0.5.19), and so does the plugin
+(``declare_args``). The rewrite wraps ``__post_init__`` with a ``HookRegistry`` AROUND hook, then the
+check runs after it, or AFTER ``resolve_once`` on 0.5.19, whose ``__post_init__`` leaves the record raw
+(``server_args.py:3663``; the pipeline keeps the declarations made before it, ``pipeline.py:57-61``).
 """
 
 from __future__ import annotations
@@ -61,8 +56,9 @@ def user_value(server_args: Any, name: str) -> Any:
 def register_rewrite(rewrite: Callable[[Any], Any], check: Callable[[Any], None]) -> str:
     """Run ``rewrite`` before ``ServerArgs.__post_init__`` and ``check`` after it, or after
     ``resolve_once`` where that runs the pipeline (0.5.19); idempotent; returns the route's name."""
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
     from sglang.srt.server_args import ServerArgs
+
+    from .hooks import register_once
 
     deferred = hasattr(ServerArgs, "resolve_once")  # 0.5.19: construction leaves the record raw
 
@@ -76,18 +72,11 @@ def register_rewrite(rewrite: Callable[[Any], Any], check: Callable[[Any], None]
     def resolve_once_after(result: Any, self: Any, *args: Any, **kwargs: Any) -> None:
         check(self)
 
-    _register_once(HookRegistry, POST_INIT_TARGET, post_init_around, HookType.AROUND, rewrite)
+    register_once(POST_INIT_TARGET, post_init_around, "AROUND", runs=rewrite)
     if not deferred:
         return ROUTE
-    _register_once(HookRegistry, RESOLVE_ONCE_TARGET, resolve_once_after, HookType.AFTER, check)
+    register_once(RESOLVE_ONCE_TARGET, resolve_once_after, "AFTER", runs=check)
     return f"{ROUTE}+resolve_once"
-
-
-def _register_once(registry: Any, target: str, hook: Callable[..., Any], kind: Any, runs: Any) -> None:
-    """``registry.register(target, hook, kind)`` unless a hook that runs ``runs`` is there already."""
-    if not any(getattr(h, "dspark_runs", None) is runs for _, h, _ in registry._hooks.get(target, [])):
-        vars(hook)["dspark_runs"] = runs  # what makes a second registration a no-op
-        registry.register(target, hook, kind)
 
 
 __all__ = ["ROUTE", "CONTRACT", "unwrap_record", "read_arg", "declare_args", "user_value", "register_rewrite"]

@@ -1,11 +1,9 @@
-"""The adapter for sglang's declaration-based argument resolution (0.5.23's ``arg_groups`` pipeline).
+"""The adapter for sglang's declaration-based argument resolution (0.5.20 on: the ``arg_groups`` pipeline).
 
-A plugin's ``handle_server_args`` receives a recording stand-in (``overrides._ForeignDefaults``): the
-record is behind it (``unwrap_record``); arguments are read through the resolving view (declarations
-made so far over the raw input, ``read_arg``) and written as declarations (``declare_args``), the way
-sglang's own handlers write. The rewrite runs as a resolution hook on ``handle_model_source_paths``
-(the draft paths are resolved by then) and its check after ``handle_other_validations`` (after
-``handle_speculative_decoding``). sglang keeps what the user passed in ``_raw_input`` (``user_value``).
+A plugin's ``handle_server_args`` receives a recording stand-in (``overrides._ForeignDefaults``) with
+the record behind it; arguments are read through the resolving view and written as declarations, as
+sglang's own handlers do. The rewrite runs as a resolution hook after ``handle_model_source_paths``
+(the draft paths are resolved), its check after ``handle_other_validations``.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Serve ``DSPARK_HARVEST`` AS the builtin it resolves to: DFLASH (mask-fill) or DSPARK (shifted).
 
 sglang keys many checks and features on the algorithm's name. So at the START of argument resolution
-the plugin makes the serving plan (``serving.make_plan``: every refusal the plugin owns, once) and
-declares the builtin and the geometry it names; from there sglang's own handler, checks and features
-run in their normal order, exactly as for the builtin. The plan rides on the server args
-(``resolution.PLAN_ATTR``) into every scheduler process, where ``SpeculativeAlgorithm.create_worker``
-returns the plugin's worker subclass (its telemetry and rank agreement) in place of the builtin worker
-it subclasses. A plain DFLASH/DSPARK launch carries no plan and keeps sglang's worker.
-
-Where the early hook runs is the version adapter's business (``resolution.adapter``: a resolution
-hook from 0.5.20 on, an AROUND hook on ``ServerArgs.__post_init__`` before, plus a check AFTER
-``resolve_once`` on 0.5.19). Where it cannot fire (a
-script that builds ``ServerArgs`` before ``load_plugins()``), the registered ``DSPARK_HARVEST``
-algorithm refuses and says how to launch.
+the plugin makes the serving plan (``serving.make_plan``) and declares the builtin and the geometry it
+names; sglang's own handler, checks and features then run as for the builtin. The plan rides on the
+server args (``resolution.PLAN_ATTR``) into every scheduler process, where ``create_worker`` returns the
+plugin's worker subclass in place of the builtin's. A plain DFLASH/DSPARK launch keeps sglang's worker.
+Where the early hook runs is the version adapter's business (``resolution.adapter``).
 """
 
 from __future__ import annotations
@@ -22,6 +15,7 @@ from typing import Any
 from ..serving import ALGORITHM, make_plan
 from ..util.logsafe import safe_logger
 from .contract import require_worker_contract
+from .hooks import register_once
 from .resolution import (
     PLAN_ATTR,
     adapter,
@@ -58,12 +52,8 @@ def rewrite_to_builtin(server_args: Any) -> Any:
     adapter().declare_args(record, SOURCE, **plan.declared_args)
     setattr(record, PLAN_ATTR, plan)  # 0.5.23 seals fields but allows private names
     plan.announce(logger)
-    logger.info(
-        "%s: served as sglang's builtin %s (sglang reports the algorithm as %s from here on)",
-        ALGORITHM,
-        plan.layout.describe(),
-        plan.builtin,
-    )
+    served = "%s: served as sglang's builtin %s (sglang reports the algorithm as %s from here on)"
+    logger.info(served, ALGORITHM, plan.layout.describe(), plan.builtin)
     return plan
 
 
@@ -107,9 +97,6 @@ def worker_after_create(result: Any, algorithm: Any, server_args: Any, *args: An
 
 def register_early_hooks() -> str:
     """Register the rewrite (this sglang's adapter) and the worker hook (idempotent); returns the route."""
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-    if not any(h is worker_after_create for _, h, _ in HookRegistry._hooks.get(CREATE_WORKER_TARGET, [])):
-        HookRegistry.register(CREATE_WORKER_TARGET, worker_after_create, HookType.AFTER)
+    register_once(CREATE_WORKER_TARGET, worker_after_create, "AFTER")
     route: str = adapter().register_rewrite(rewrite_to_builtin, check_rewritten)
     return route

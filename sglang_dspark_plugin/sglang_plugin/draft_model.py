@@ -22,13 +22,9 @@ from ..serving.route import DSPARK_MODEL, DraftRoute, rewrite_config, set_config
 
 
 def prepare_dspark_arm_config(config: Any, route: DraftRoute) -> bool:
-    """Make a draft ``hf_config`` say what the plan's route serves; True when it builds the zero head.
-
-    Sets ``sample_from_anchor`` (sglang reads the top level only, whatever spelling the checkpoint
-    declared it in), the route's Markov head in every spelling sglang reads (a checkpoint without one
-    gets the zero rank-1 head, zeroed by ``HarvestDSparkDraftModel``) and the route's mask token where
-    sglang's DSpark lookup finds none. Raises ``InvalidCheckpointError`` when sglang cannot parse it.
-    """
+    """Make a draft ``hf_config`` say what the plan's route serves (``sample_from_anchor`` at the top
+    level, where sglang reads it, then ``serving.route.rewrite_config`` over sglang's own parse); True
+    when it builds the zero head. Raises ``InvalidCheckpointError`` when sglang cannot parse it."""
     head = route.head
     if head is None:  # the plan hands the plugin's model a head always (``serving.route``)
         raise InvalidCheckpointError(
@@ -126,12 +122,9 @@ def _registry_swap(names: tuple[str, ...], cls: type) -> Iterator[None]:
 
 @contextlib.contextmanager
 def draft_route(route: DraftRoute) -> Iterator[None]:
-    """While the worker builds its draft, ``route.names`` load ``route.loads_as``.
-
-    The swap is in this process's ``ModelRegistry`` only and is undone on exit, so the target (already
-    loaded) and any later model load see sglang's own classes. The plugin's DSpark model reads the route
-    (its head, mask token and query layout) while it is built.
-    """
+    """While the worker builds its draft, ``route.names`` load ``route.loads_as`` (the plugin's DSpark
+    model reads the route while it is built); undone on exit, so every other model load sees sglang's
+    own classes."""
     if route.loads_as is None or not route.names:
         yield
         return

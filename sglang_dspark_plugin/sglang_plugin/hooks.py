@@ -1,22 +1,19 @@
 """The plugin's hooks on sglang functions, registered by ``register()`` without importing the heavy
-modules they sit in: through sglang's ``HookRegistry`` when the module is loaded already, else the
-moment it is first imported (a process that never imports it pays nothing).
-
-* the plugin's per-round work (the counts, the live-request mask, the context lengths and the live
-  offset probe), AFTER ``SchedulerBatchResultProcessor._resolve_spec_v2_tokens``;
-* the dspark arm's Markov answer, AFTER ``parse_dspark_draft_config`` (``draft_model``).
-
-A target that moved is not hooked; the workers' contract (``TARGET_CONTRACT``) names it when a
-``DSPARK_HARVEST`` server starts.
+modules they sit in (through sglang's ``HookRegistry`` when the module is loaded, else when it is first
+imported): the round, AFTER ``SchedulerBatchResultProcessor._resolve_spec_v2_tokens``, and the dspark
+arm's Markov answer, AFTER ``parse_dspark_draft_config``. A target that moved is not hooked; the
+workers' contract (``TARGET_CONTRACT``) names it when a ``DSPARK_HARVEST`` server starts.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
 from typing import Any
 
-from ..serving.bundled import same_path
+from ..serving.route import config_value
+from ..util.contract_check import Entry, parse_entries
 from ..util.import_hooks import when_imported
 from .resolution import plan_of, published_server_args
 
@@ -29,20 +26,21 @@ _RESULT_QUALNAME = "SchedulerBatchResultProcessor._resolve_spec_v2_tokens"
 RESULT_HOOK_TARGET = f"{_RESULT_MODULE}.{_RESULT_QUALNAME}"
 """The scheduler's host-side processing of one verify round; it calls ``on_verify_complete_cpu``."""
 
-_REGISTRY = "sglang.srt.plugins.hook_registry"
-
-HOOK_CONTRACT: list[tuple[str, str, tuple[str, ...] | None]] = [
-    (_REGISTRY, "HookRegistry.register", ("target", "hook", "hook_type")),
-    (_REGISTRY, "HookRegistry._hooks", None),  # register_hooks' idempotence
-    (_REGISTRY, "HookRegistry._patched", None),  # apply_own: only the plugin's own targets
-    (_REGISTRY, "HookRegistry._apply_target", ("target", "hooks")),
-    (_REGISTRY, "HookType.AFTER", None),
-    (_REGISTRY, "HookType.AROUND", None),
-]
+HOOK_CONTRACT: list[Entry] = parse_entries(
+    """
+    sglang.srt.plugins.hook_registry:
+        HookRegistry.register(target, hook, hook_type)
+        HookRegistry._hooks  # register_hooks' idempotence
+        HookRegistry._patched  # apply_own: only the plugin's own targets
+        HookRegistry._apply_target(target, hooks)
+        HookType.AFTER
+        HookType.AROUND
+    """
+)
 """What registering the hooks relies on (``sglang.srt.plugins`` has imported it): checked by
 ``register()``."""
 
-TARGET_CONTRACT: list[tuple[str, str, tuple[str, ...] | None]] = [
+TARGET_CONTRACT: list[Entry] = [
     (_RESULT_MODULE, _RESULT_QUALNAME, ("result", "batch")),
     (_PARSE_MODULE, "parse_dspark_draft_config", ("draft_hf_config",)),
 ]
@@ -51,54 +49,47 @@ TARGET_CONTRACT: list[tuple[str, str, tuple[str, ...] | None]] = [
 
 
 def register_hooks() -> None:
-    """Register the plugin's hooks (idempotent); imports no sglang worker or model module.
-
-    * the live-request mask: with the overlap scheduler a request that finished in round k is still in
-      the batch of round k+1, whose result sglang does not count for it (``spec_verify_ct``); the
-      plugin's telemetry must not count it either;
-    * the live offset probe: after sglang resolved the round, the worker scores the drafts of its
-      output rows against what the requests commit (``LiveProbe``; host lists only, no device work);
-    * the dspark arm's parse hook: the target's model runner already refuses a draft without a Markov
-      head when the algorithm is DSpark, before the draft worker exists.
-    """
-    from sglang.srt.plugins.hook_registry import HookType
-
-    for module_name, qualname, hook, kind in (
-        (_RESULT_MODULE, _RESULT_QUALNAME, round_after_result, HookType.AFTER),
-        (_PARSE_MODULE, "parse_dspark_draft_config", served_markov_after_parse, HookType.AFTER),
+    """Register the plugin's hooks (idempotent); imports no sglang worker or model module. The parse
+    hook must be in place before the draft worker exists: the target's model runner already parses
+    the draft config (and refuses one without a Markov head when the algorithm is DSpark)."""
+    for module_name, qualname, hook in (
+        (_RESULT_MODULE, _RESULT_QUALNAME, round_after_result),
+        (_PARSE_MODULE, "parse_dspark_draft_config", served_markov_after_parse),
     ):
         if module_name in sys.modules:
-            _register(module_name, qualname, hook, kind)  # load_plugins() applies it
+            _register_loaded(module_name, qualname, hook)  # load_plugins() applies it
         else:
-            when_imported(module_name, _register_and_apply(module_name, qualname, hook, kind))
+            when_imported(module_name, functools.partial(_on_import, module_name, qualname, hook))
 
 
-def _register(module_name: str, qualname: str, hook: Callable[..., Any], kind: Any) -> bool:
-    """``HookRegistry.register`` once, when the target exists in its (already loaded) module."""
-    from sglang.srt.plugins.hook_registry import HookRegistry
+def register_once(target: str, hook: Callable[..., Any], kind: str, runs: Any = None) -> bool:
+    """``HookRegistry.register(target, hook, HookType[kind])`` unless ``hook``, or a hook that runs
+    ``runs``, is registered there already (what makes a second ``register()`` a no-op)."""
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    target = f"{module_name}.{qualname}"
-    if any(h is hook for _, h, _ in HookRegistry._hooks.get(target, [])):
+    key = hook if runs is None else runs
+    if any(getattr(h, "dspark_runs", h) is key for _, h, _ in HookRegistry._hooks.get(target, [])):
         return False
-    obj: Any = sys.modules.get(module_name)
-    for part in qualname.split("."):
-        obj = getattr(obj, part, None)
-    if obj is None:
-        return False  # moved in this sglang: the workers' contract names it
-    HookRegistry.register(target, hook, kind)
+    if runs is not None:
+        vars(hook)["dspark_runs"] = runs
+    HookRegistry.register(target, hook, HookType[kind])
     return True
 
 
-def _register_and_apply(
-    module_name: str, qualname: str, hook: Callable[..., Any], kind: Any
-) -> Callable[[Any], None]:
-    def on_import(module: Any) -> None:
-        from sglang.srt.plugins.hook_registry import HookRegistry
+def _register_loaded(module_name: str, qualname: str, hook: Callable[..., Any]) -> bool:
+    """``register_once`` an AFTER hook, when the target exists in its (already loaded) module."""
+    obj: Any = sys.modules.get(module_name)
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+    # a target that moved in this sglang is not hooked: the workers' contract names it
+    return obj is not None and register_once(f"{module_name}.{qualname}", hook, "AFTER")
 
-        if _register(module_name, qualname, hook, kind):
-            apply_own(HookRegistry, f"{module_name}.{qualname}")
 
-    return on_import
+def _on_import(module_name: str, qualname: str, hook: Callable[..., Any], module: Any) -> None:
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    if _register_loaded(module_name, qualname, hook):
+        apply_own(HookRegistry, f"{module_name}.{qualname}")
 
 
 def apply_own(registry: Any, target: str) -> None:
@@ -125,23 +116,14 @@ def round_after_result(
 
 
 def served_markov_after_parse(result: Any, *args: Any, **kwargs: Any) -> Any:
-    """AFTER hook on ``parse_dspark_draft_config``: the Markov head the plan serves, else ``None``.
-
-    Cheap for every other config: only the served draft's own config (matched by path) in a process
-    whose published server args carry a plan with DSPARK as its builtin is answered, with the plan's
-    head (the zero rank-1 head for a shifted drafter without one; a mask-fill DSpark drafter's head
-    even where only its tensors declare it, or ``dflash_config`` nests it).
-    """
+    """AFTER hook on ``parse_dspark_draft_config``: the Markov head the plan serves for this config
+    (``ServePlan.parse_head``), else ``None`` (sglang's result stands). Cheap for every other config:
+    only a process whose published server args carry a plan looks further."""
     config = kwargs.get("draft_hf_config", args[0] if args else None)
-    name = config.get("_name_or_path") if isinstance(config, dict) else getattr(config, "_name_or_path", None)
-    if not name:
-        return None
     plan = plan_of(published_server_args())
-    head = None if plan is None else plan.route.head
-    if plan is None or head is None:
-        return None
-    if not (same_path(name, plan.draft) or same_path(name, plan.cfg.path)):
+    head = None if plan is None else plan.parse_head(config_value(config, "_name_or_path"))
+    if head is None:
         return None
     from . import draft_model
 
-    return draft_model.with_markov_head(result, head.parsed)
+    return draft_model.with_markov_head(result, head)

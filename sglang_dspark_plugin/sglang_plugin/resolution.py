@@ -1,15 +1,11 @@
-"""Between sglang's server arguments and the serving plan (``..serving``).
+"""Between sglang's server arguments and the serving plan (``..serving``): the arguments to the plan's
+request (``launch_request``), what this sglang offers (``sglang_support``), the plan back (``plan_of``,
+``require_plan``). The argument pipeline's version-specific part is one adapter module, chosen by
+feature (``adapter``): ``adapter_0523`` (declarations through a resolving view) or ``adapter_0517``.
 
-The version-specific part is one adapter module per argument pipeline, chosen by feature
-(``adapter``): ``adapter_0523`` (declarations through a resolving view; a recording stand-in handed to
-plugins) and ``adapter_0517`` (fields assigned in place). Both define ``unwrap_record``, ``read_arg``,
-``declare_args``, ``user_value``, ``register_rewrite`` and ``CONTRACT``. This module maps the
-arguments to the plan's snapshot (``launch_request``, ``sglang_support``) and back (``plan_of``,
-``require_plan``; the plan logs itself, ``ServePlan.announce``).
-
-The plan itself rides on the record as a private attribute (``PLAN_ATTR``): 0.5.23's write seal
-allows private names and its ``__reduce__`` keeps ``__dict__``; 0.5.17 is a plain dataclass; both
-pickle and deep-copy it into every scheduler process. Nothing goes through the process environment.
+The plan rides on the record as a private attribute (``PLAN_ATTR``): 0.5.23's write seal allows
+private names and its ``__reduce__`` keeps ``__dict__``; 0.5.17 is a plain dataclass; both pickle and
+deep-copy it into every scheduler process. Nothing goes through the process environment.
 """
 
 from __future__ import annotations
@@ -23,7 +19,7 @@ from types import ModuleType
 from typing import Any
 
 from ..serving import ALGORITHM, LaunchRequest, ServePlan, SglangSupport
-from ..serving.refusals import no_plan
+from ..serving.refusals import layout_probe_configs, no_plan
 from ..serving.request import REQUEST_ARGS
 
 PLAN_ATTR = "_dspark_harvest_plan"
@@ -32,9 +28,8 @@ PLAN_ATTR = "_dspark_harvest_plan"
 
 @functools.cache
 def adapter() -> ModuleType:
-    """The adapter of the installed sglang: ``adapter_0523`` where it has the resolution-hook API
-    (``sglang.srt.arg_groups.resolution_hooks``), else ``adapter_0517``; both define the same names.
-    Chosen once, at ``register()`` (the installed sglang does not change within a process)."""
+    """The adapter of the installed sglang, chosen once (at ``register()``): ``adapter_0523`` where it
+    has the resolution-hook API (``arg_groups.resolution_hooks``), else ``adapter_0517``."""
     try:
         found = importlib.util.find_spec("sglang.srt.arg_groups.resolution_hooks") is not None
     except ModuleNotFoundError:  # no sglang.srt.arg_groups at all
@@ -67,9 +62,7 @@ def launch_request(server_args: Any, environ: Mapping[str, str] | None = None) -
 
 
 def sglang_support() -> SglangSupport:
-    """What this sglang can serve: its version, whether its DSPARK has the mask-fill layout, and which
-    builtins' prefill->decode draft state it builds (``disaggregation_builtins``), and whether it
-    finds a draft in the target's ``dspark/`` subfolder."""
+    """What this sglang can serve (``SglangSupport``), detected from its code."""
     import sglang
     from sglang.srt.arg_groups import speculative_hook
     from sglang.srt.speculative.dspark_components import dspark_config
@@ -89,16 +82,7 @@ def dflash_reads_layout() -> bool:
     refuses it (PR 40181). No released version up to 0.5.23 does."""
     from sglang.srt.speculative.dflash_utils import parse_dflash_draft_config
 
-    plain = {"num_hidden_layers": 1, "block_size": 4, "dflash_config": {"target_layer_ids": [0]}}
-    declared = {
-        **plain,
-        "sample_from_anchor": True,
-        "dflash_config": {
-            "target_layer_ids": [0],
-            "sample_from_anchor": True,
-            "query_zero_predicts_next": True,
-        },
-    }
+    plain, declared = layout_probe_configs()
     try:
         return bool(
             parse_dflash_draft_config(draft_hf_config=declared)
@@ -110,11 +94,8 @@ def dflash_reads_layout() -> bool:
 
 def disaggregation_builtins() -> tuple[str, ...]:
     """The DFlash-family builtins whose prefill->decode draft state this sglang builds: a
-    ``speculative/<name>_disaggregation.py`` that ``SpeculativeAlgorithm.build_disagg_draft_input``
-    dispatches to. sglang 0.5.18 and 0.5.19 ship ``dflash_disaggregation.py`` but dispatch EAGLE and
-    DSPARK only (their ``spec_info.py`` build_disagg_draft_input returns None for DFLASH), so a DFLASH
-    decode server there gets no draft input; 0.5.20 dispatches DFLASH too."""
-    import importlib.util
+    ``speculative/<name>_disaggregation.py`` that ``build_disagg_draft_input`` dispatches to (0.5.18
+    and 0.5.19 ship DFLASH's module but do not dispatch to it; 0.5.20 does)."""
     import inspect
 
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm

@@ -1,10 +1,8 @@
 """The ``spec_class`` of ``DSPARK_HARVEST``: registered so sglang accepts the flag, never a serving route.
 
-A launch is served as the builtin the plan names (``builtin.rewrite_to_builtin``, at the start of
-argument resolution). sglang reaches this class's ``handle_server_args`` only where that early hook
-could not fire (a script that builds ``ServerArgs`` before ``load_plugins()``), and then it refuses
-with the way to launch, instead of serving through a second mechanism. Every predicate is
-``CustomSpecAlgo``'s own, which conforms to sglang's interface by construction.
+A launch is served as the builtin its plan names (``builtin.rewrite_to_builtin``); sglang reaches this
+class's ``handle_server_args`` only where that early hook could not fire (a script that builds
+``ServerArgs`` before ``load_plugins()``), and it refuses there with the way to launch.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from ..serving.layout import MASK_FILL, MASK_FILL_DSPARK, SHIFTED, Layout
 from ..serving.placement import AttentionRanks
 from ..serving.rank_agreement import check_rank_agreement, plan_agreement_values
 from ..serving.rounds import WorkerRounds
+from ..util.contract_check import Entry, parse_entries
 from ..util.logsafe import safe_logger
 from ..util.signatures import bound_argument, signature_of
 from .draft_model import draft_route
@@ -26,48 +27,44 @@ from .resolution import optional_arg, require_plan
 
 logger = safe_logger("sglang_dspark_plugin.sglang_plugin")
 
-WORKER_CONTRACT: list[tuple[str, str, tuple[str, ...] | None]] = [
-    # (module, qualname, parameter names the workers pass or override; None = existence only).
-    ("sglang.srt.speculative.dflash_worker_v2", "DFlashWorkerV2", None),
-    (
-        "sglang.srt.speculative.dflash_worker_v2",
-        "DFlashWorkerV2.__init__",
-        ("server_args", "gpu_id", "nccl_port", "target_worker"),
+WORKER_CONTRACT: list[Entry] = [
+    *parse_entries(
+        """
+        sglang.srt.speculative.dflash_worker_v2:
+            DFlashWorkerV2
+            DFlashWorkerV2.__init__(server_args, gpu_id, nccl_port, target_worker)
+        sglang.srt.speculative.dspark_components.dspark_worker_v2:
+            DSparkWorkerV2
+            DSparkWorkerV2.__init__(server_args, gpu_id, nccl_port, target_worker)
+        sglang.srt.speculative.base_spec_worker:
+            BaseSpecWorker.on_verify_complete_cpu(num_correct_drafts_per_req, batch_size)
+        sglang.srt.models.dspark:
+            DSparkDraftModel
+            DSparkDraftModel.__init__(config, quant_config, prefix)
+            DSparkDraftModel.load_weights(weights)
+            VanillaMarkov.__init__(vocab_size, markov_rank)
+        sglang.srt.models.dflash:
+            DFlashDraftModel
+        sglang.srt.models.registry:
+            ModelRegistry.models
+        sglang.srt.model_loader.utils:
+            get_model_architecture(model_config)
+        sglang.srt.models.registry:
+            ModelRegistry.get_supported_archs()
+        sglang.srt.speculative.dspark_components.dspark_config:
+            resolve_runtime_config(draft_hf_config, speculative_num_draft_tokens, target_vocab_size)
+        sglang.srt.speculative.dflash_utils:  # resolution.dflash_reads_layout probes it
+            parse_dflash_draft_config(draft_hf_config)
+        sglang.srt.distributed.parallel_state:
+            get_tp_group()
+        sglang.srt.runtime_context:
+            get_parallel()  # attention_ranks
+        """
     ),
-    ("sglang.srt.speculative.dspark_components.dspark_worker_v2", "DSparkWorkerV2", None),
-    (
-        "sglang.srt.speculative.dspark_components.dspark_worker_v2",
-        "DSparkWorkerV2.__init__",
-        ("server_args", "gpu_id", "nccl_port", "target_worker"),
-    ),
-    (
-        "sglang.srt.speculative.base_spec_worker",
-        "BaseSpecWorker.on_verify_complete_cpu",
-        ("num_correct_drafts_per_req", "batch_size"),
-    ),
-    ("sglang.srt.models.dspark", "DSparkDraftModel", None),
-    ("sglang.srt.models.dspark", "DSparkDraftModel.__init__", ("config", "quant_config", "prefix")),
-    ("sglang.srt.models.dspark", "DSparkDraftModel.load_weights", ("weights",)),
-    ("sglang.srt.models.dspark", "VanillaMarkov.__init__", ("vocab_size", "markov_rank")),
-    ("sglang.srt.models.dflash", "DFlashDraftModel", None),
-    ("sglang.srt.models.registry", "ModelRegistry.models", None),
-    ("sglang.srt.model_loader.utils", "get_model_architecture", ("model_config",)),
-    ("sglang.srt.models.registry", "ModelRegistry.get_supported_archs", ()),
-    (
-        "sglang.srt.speculative.dspark_components.dspark_config",
-        "resolve_runtime_config",
-        ("draft_hf_config", "speculative_num_draft_tokens", "target_vocab_size"),
-    ),
-    # resolution.dflash_reads_layout probes DFLASH's parser for the anchor-first keys
-    ("sglang.srt.speculative.dflash_utils", "parse_dflash_draft_config", ("draft_hf_config",)),
-    ("sglang.srt.distributed.parallel_state", "get_tp_group", ()),
-    ("sglang.srt.runtime_context", "get_parallel", ()),  # attention_ranks
     *TARGET_CONTRACT,  # the hooks' targets (hooks.py)
 ]
-"""Every sglang class, method and function the workers rely on. Their modules take seconds to import,
-so registration does not check them: ``contract.require_worker_contract`` does, when the workers are
-first needed (argument resolution of a DSPARK_HARVEST server, the worker factory), and ``dspark-harvest
-doctor`` checks them with everything else. The hooks' entries are ``hooks.HOOK_CONTRACT``."""
+"""Every sglang class, method and function the workers rely on, in modules that take seconds to import:
+checked when the workers are first needed (``contract.require_worker_contract``) and by ``doctor``."""
 
 
 def _tp_cpu_group() -> tuple[Any, int]:
@@ -78,11 +75,8 @@ def _tp_cpu_group() -> tuple[Any, int]:
 
 
 def attention_ranks(tp_rank: int) -> AttentionRanks:
-    """This process's attention ranks, as sglang published them (``runtime_context.get_parallel()``).
-
-    Without a published topology for this TP rank (data-parallel attention never initialised, as in a
-    CPU test) the TP group is one attention group: ``AttentionRanks(tp_rank, tp_rank, 0, 0, 1)``.
-    """
+    """This process's attention ranks, as sglang published them (``runtime_context.get_parallel()``);
+    without a published topology for this TP rank (as in a CPU test) the TP group is one attention group."""
     try:
         from sglang.srt.runtime_context import get_parallel
 
@@ -188,12 +182,9 @@ def parent_worker_of(cls: type) -> type:
 
 def worker_class_for(layout: Layout) -> type:
     """The worker class sglang's scheduler instantiates for a plan's ``layout``."""
-    try:
-        return WORKERS[layout]
-    except (KeyError, TypeError):
+    if layout not in WORKERS:
+        expected = ", ".join(known.describe() for known in WORKERS)
         raise GeometryError(
-            f"no DSPARK_HARVEST worker for the layout {layout!r}; expected one of "
-            + ", ".join(layout.describe() for layout in WORKERS)
-            + ".",
-            where="worker_class_for",
-        ) from None
+            f"no worker for the layout {layout!r}; expected {expected}", where="worker_class_for"
+        )
+    return WORKERS[layout]

@@ -35,6 +35,41 @@ class HookStatus:
         }
 
 
+Entry = tuple[str, str, "tuple[str, ...] | None"]
+"""``(module, qualname, parameter names)``; ``None``: existence only, ``()``: a signature, any parameters."""
+
+
+def parse_entries(text: str) -> list[Entry]:
+    """Entries written one per line, under the module they are in::
+
+        package.module:
+            Class.method(a, b)    # those parameter names
+            function()            # callable with an inspectable signature
+            Class.ATTRIBUTE       # exists
+
+    ``#`` starts a comment; a line ending with ``:`` names the module of the lines below it; a
+    parameter list may go on over the next lines.
+    """
+    found: list[Entry] = []
+    module, line = None, ""
+    for raw in text.splitlines():
+        line += " " + raw.split("#", 1)[0].strip() if line else raw.split("#", 1)[0].strip()
+        if not line or line.count("(") > line.count(")"):
+            continue
+        if line.endswith(":"):
+            module, line = line[:-1], ""
+            continue
+        if module is None:
+            raise ValueError(f"contract entry {line!r} comes before any module line")
+        name, paren, rest = line.partition("(")
+        params = tuple(p.strip() for p in rest.rstrip(")").split(",") if p.strip()) if paren else None
+        found.append((module, name.strip(), params))
+        line = ""
+    if line:
+        raise ValueError(f"contract entry {line!r} is not closed")
+    return found
+
+
 def _resolve(module: str, qualname: str) -> object:
     obj: object = importlib.import_module(module)
     for part in qualname.split("."):
@@ -78,4 +113,4 @@ def check_fields(module: str, qualname: str, names: tuple[str, ...]) -> list[Hoo
     ]
 
 
-__all__ = ["HookStatus", "check_entry", "check_fields"]
+__all__ = ["Entry", "HookStatus", "check_entry", "check_fields", "parse_entries"]

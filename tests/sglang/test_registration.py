@@ -102,7 +102,7 @@ def test_broken_worker_contract_refuses_when_the_workers_are_needed(
     unregister()
     broken = ("sglang.srt.speculative.dflash_worker_v2", "DFlashWorkerV2.no_such_method", None)
     monkeypatch.setattr(workers, "WORKER_CONTRACT", [*workers.WORKER_CONTRACT, broken])
-    monkeypatch.setattr(contract, "_WORKERS_CHECKED", False)
+    contract.require_worker_contract.cache_clear()  # checked again, with the broken entry
     assert register() is True
     assert plugin_log.at(logging.ERROR) == []
     with pytest.raises(contract.WorkerContractError) as info:

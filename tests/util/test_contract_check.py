@@ -1,9 +1,12 @@
-"""``util.contract_check.check_entry`` names what an installed library lacks: a module, an attribute, a
-parameter, an inspectable signature."""
+"""``util.contract_check``: ``check_entry`` names what an installed library lacks (a module, an attribute,
+a parameter, an inspectable signature), ``check_fields`` a class's missing fields, ``parse_entries``
+reads entries written one per line."""
 
 from __future__ import annotations
 
-from sglang_dspark_plugin.util.contract_check import check_entry
+import pytest
+
+from sglang_dspark_plugin.util.contract_check import check_entry, check_fields, parse_entries
 
 
 def test_present_entries_pass() -> None:
@@ -21,3 +24,41 @@ def test_each_kind_of_missing_is_named() -> None:
     builtin = check_entry("builtins", "dict.get", ("key",))
     assert builtin.ok or "no inspectable signature" in builtin.problem
     assert gone.target == "json.dumps" and gone.to_json()["params"] == ["obj", "no_such_parameter"]
+
+
+def test_entries_are_read_one_per_line_under_their_module() -> None:
+    entries = parse_entries(
+        """
+        json:
+            dumps(obj, indent)  # those parameter names
+            JSONDecoder.decode()
+            JSONDecoder
+        collections:
+            OrderedDict.move_to_end(key,
+                last)
+        """
+    )
+    assert entries == [
+        ("json", "dumps", ("obj", "indent")),
+        ("json", "JSONDecoder.decode", ()),
+        ("json", "JSONDecoder", None),
+        ("collections", "OrderedDict.move_to_end", ("key", "last")),
+    ]
+    assert all(check_entry(*entry).ok for entry in entries)
+    with pytest.raises(ValueError, match="before any module"):
+        parse_entries("dumps(obj)")
+    with pytest.raises(ValueError, match="not closed"):
+        parse_entries("json:\n    dumps(obj,")
+
+
+def test_fields_are_checked_one_by_one() -> None:
+    statuses = check_fields("argparse", "Namespace", ("__init__", "no_such_field"))
+    assert [(s.qualname, s.ok, s.problem) for s in statuses] == [
+        ("Namespace.__init__", True, ""),
+        ("Namespace.no_such_field", False, "missing"),
+    ]
+    dataclass_fields = check_fields(
+        "sglang_dspark_plugin.serving.request", "LaunchRequest", ("draft", "device")
+    )
+    assert [s.ok for s in dataclass_fields] == [True, False]  # a dataclass: its fields, not its attributes
+    assert check_fields("no_such_module_anywhere", "Thing", ("x",)) == []

@@ -1,0 +1,102 @@
+"""``serving.rounds.WorkerRounds`` without sglang: where the round work lives, which requests a round
+counts, and the queue's order (a round's counts, its snapshot, a request's end)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+from checkpoints import write_checkpoint
+
+from sglang_dspark_plugin.serving import LaunchRequest, ServePlan, SglangSupport, make_plan
+from sglang_dspark_plugin.serving.placement import AttentionRanks
+from sglang_dspark_plugin.serving.rounds import NO_WORK, WorkerRounds
+
+LOG = logging.getLogger("test_rounds")
+
+
+def _plan(tmp_path: Path) -> ServePlan:
+    draft = write_checkpoint(tmp_path, "dspark_markov_rank0")
+    return make_plan(LaunchRequest(draft=str(draft)), SglangSupport.for_version("0.5.23"))
+
+
+FIRST = AttentionRanks(0, 0, 0, 0, 1)  # TP rank 0, no data-parallel attention
+
+
+def _attach(plan: ServePlan, ranks: AttentionRanks = FIRST) -> WorkerRounds | None:
+    return WorkerRounds.attach(plan, ranks, "Worker", LOG, metrics=False)
+
+
+def _req(rid: str, live: bool = True) -> SimpleNamespace:
+    """A request as the round work reads it."""
+    return SimpleNamespace(
+        rid=rid, is_retracted=False, finished=lambda: not live, origin_input_ids=[1] * 9, output_ids=[5, 6]
+    )
+
+
+def _round(rounds: WorkerRounds, counts: list[int], live: list[bool], width: int) -> None:
+    """One round as the worker hands it over: the counts, then the resolved round."""
+    reqs = [_req(f"r{i}", keep) for i, keep in enumerate(live)]
+    result = SimpleNamespace(
+        next_token_ids=torch.zeros(width * len(reqs), dtype=torch.int64),
+        accept_lens=torch.tensor([n + 1 for n in counts]),
+    )
+    rounds.counts = counts
+    rounds.round([[8]] * len(reqs), result, SimpleNamespace(reqs=reqs))
+
+
+def test_the_first_rank_of_each_attention_group_keeps_the_round_work(tmp_path: Path) -> None:
+    plan = _plan(tmp_path)
+    first = _attach(plan)
+    assert first is not None and first.work is NO_WORK and first.telemetry.dp_rank is None
+    assert _attach(plan, AttentionRanks(1, 1, 0, 0, 1)) is None  # its group's first rank logs the rounds
+    dp = _attach(plan, AttentionRanks(2, 0, 0, 1, 2))
+    assert dp is not None and dp.telemetry.summary_line().endswith(" dp=1")
+
+
+def test_a_round_counts_the_live_requests_once_sglang_resolved_it(tmp_path: Path) -> None:
+    plan = _plan(tmp_path)
+    rounds = _attach(plan)
+    assert rounds is not None
+    width = plan.geometry.verify_window
+    rounds.round([[8]], None, SimpleNamespace(reqs=[]))  # no counts kept this round: nothing queued
+    assert rounds.queue.queued == 0
+    _round(rounds, [2, 1], [True, False], width)  # the finished request is left out, as sglang does
+    _round(rounds, [0], [False], width)  # every request had finished: nothing to count
+    assert rounds.counts is None
+    rounds.queue.run()
+    counts = rounds.telemetry.counts
+    assert (counts.rounds, counts.request_rounds, counts.accepted_drafts) == (1, 1, 2)
+    assert rounds.probe.rounds == 1
+
+
+def test_counts_of_another_batch_are_counted_whole(tmp_path: Path) -> None:
+    plan = _plan(tmp_path)
+    rounds = _attach(plan)
+    assert rounds is not None
+    rounds.counts = [1, 1, 1]  # three counts, one request in the batch: not this batch's
+    rounds.round([[8]], None, SimpleNamespace(reqs=[_req("r0")]))
+    rounds.queue.run()
+    assert (rounds.telemetry.counts.request_rounds, rounds.probe.rounds) == (3, 0)
+
+
+def test_a_request_end_is_queued_after_its_rounds(tmp_path: Path) -> None:
+    plan = _plan(tmp_path)
+    rounds = _attach(plan)
+    assert rounds is not None
+    _round(rounds, [1], [True], plan.geometry.verify_window)
+    rounds.finish("r0")  # the last running request ended: the queue runs
+    assert rounds.queue.queued == 0 and rounds.telemetry.counts.rounds == 1
+
+
+def test_host_timing_enters_the_plugin_work_around_each_round(tmp_path: Path) -> None:
+    plan = _plan(tmp_path)
+    telemetry = dataclasses.replace(plan.request.telemetry, host_timing=True)
+    plan = dataclasses.replace(plan, request=dataclasses.replace(plan.request, telemetry=telemetry))
+    rounds = _attach(plan)
+    assert rounds is not None and rounds.work is not NO_WORK and rounds.work.cost is not None
+    _round(rounds, [1], [True], plan.geometry.verify_window)
+    assert rounds.work.cost.total_rounds == 1
