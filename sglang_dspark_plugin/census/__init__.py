@@ -23,7 +23,7 @@ import os
 
 from ..checkpoint.bounds import bounded_evidence
 from .architectures import DFLASH_ARCHITECTURES, DOMINO_ARCHITECTURES, DSPARK_ARCHITECTURES
-from .decision import decide
+from .decision import decide_evidence
 from .dialects import (
     deepseek_head_type,
     deepseek_signals,
@@ -52,7 +52,7 @@ from .rules import (
     MARKOV_PREFIXES,
     SGLANG_BUNDLE_KEYS,
     SPECULATORS_TYPES,
-    STRATEGIES,
+    STRATEGY_VOTES,
     architecture_signals,
     bundle_signals,
     flag_signals,
@@ -109,7 +109,7 @@ def census(
     num_target_layers, target_layer_ids = read_target_layers(view, target_layer_count_key(view))
 
     # the tier rule, once, on evidence bounded in size (every log line and report writes it)
-    decision = decide(bounded_evidence(evidence, view.file))
+    decision = decide_evidence(bounded_evidence(evidence, view.file))
     return DflashCfg(
         path=view.folder,
         block_size=block_size,
@@ -145,7 +145,7 @@ __all__ = [
     "INFO_PREFIXES",
     "DSPARK_PROJECTORS",
     "SPECULATORS_TYPES",
-    "STRATEGIES",
+    "STRATEGY_VOTES",
     "SGLANG_BUNDLE_KEYS",
     "DOMINO_MESSAGE",
 ]

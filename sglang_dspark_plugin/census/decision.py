@@ -25,7 +25,7 @@ CONFLICT_FIX = (
 """The fix a conflict names (``declare`` replaces it: a declaration cannot rest on a launch's override)."""
 
 
-def decide(evidence: Sequence[Signal]) -> Decision:
+def decide_evidence(evidence: Sequence[Signal]) -> Decision:
     """The decision of ``evidence``: tier 1 (explicit) over tier 2 (structural); no vote, no tier."""
     voting = votes(evidence)
     if not voting:
@@ -45,4 +45,4 @@ def decide(evidence: Sequence[Signal]) -> Decision:
     )
 
 
-__all__ = ["CONFLICT_FIX", "Decision", "decide"]
+__all__ = ["CONFLICT_FIX", "Decision", "decide_evidence"]

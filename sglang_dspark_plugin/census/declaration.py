@@ -38,12 +38,12 @@ from .decision import CONFLICT_FIX
 from .draft_config import DflashCfg
 from .locate import CONFIG
 
-SHIFTED = "shifted"
-MASK_FILL = "mask-fill"
+READS_SHIFTED = "shifted"
+READS_MASK_FILL = "mask-fill"
 REFUSED = "refused"
 FLAG = "sample_from_anchor"
 NESTED = "dflash_config"
-LAYOUT_OF = {FAMILY_DSPARK: SHIFTED, FAMILY_DFLASH: MASK_FILL}
+LAYOUT_OF = {FAMILY_DSPARK: READS_SHIFTED, FAMILY_DFLASH: READS_MASK_FILL}
 
 
 def _flag(config: Mapping[str, Any], *sections: str, keys: tuple[str, ...] = (FLAG,)) -> bool | None:
@@ -58,17 +58,17 @@ def _flag(config: Mapping[str, Any], *sections: str, keys: tuple[str, ...] = (FL
 
 
 def _dspark_0523(config: Mapping[str, Any]) -> str:
-    return MASK_FILL if _flag(config, "") is False else SHIFTED
+    return READS_MASK_FILL if _flag(config, "") is False else READS_SHIFTED
 
 
 def _pr_40203(config: Mapping[str, Any]) -> str:
     value = _flag(config, "", NESTED, keys=(FLAG, "query_zero_predicts_next"))
-    return SHIFTED if value else MASK_FILL
+    return READS_SHIFTED if value else READS_MASK_FILL
 
 
 def _pr_40181(config: Mapping[str, Any]) -> str:
     value = _flag(config, "", NESTED, keys=(FLAG, "query_zero_predicts_next"))
-    return REFUSED if value else MASK_FILL
+    return REFUSED if value else READS_MASK_FILL
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ ENGINE_READERS: tuple[EngineReader, ...] = (
         FAMILY_DSPARK,
         "no key: always anchor-first",
         "speculative/dspark_components/dspark_draft.py:318-323,369",
-        lambda _c: SHIFTED,
+        lambda _c: READS_SHIFTED,
     ),
     EngineReader(
         "sglang 0.5.23 DSPARK",
@@ -102,7 +102,7 @@ ENGINE_READERS: tuple[EngineReader, ...] = (
         FAMILY_DFLASH,
         "no key: always 1+N fill-in",
         "speculative/dflash_worker_v2.py:130,1641 (0.5.17); :183,2804 (0.5.23)",
-        lambda _c: MASK_FILL,
+        lambda _c: READS_MASK_FILL,
     ),
     EngineReader(
         "sglang DFLASH + PR 40203 (open)",
@@ -283,7 +283,7 @@ __all__ = [
     "declare",
     "declared_config",
     "served_by",
-    "SHIFTED",
-    "MASK_FILL",
+    "READS_SHIFTED",
+    "READS_MASK_FILL",
     "REFUSED",
 ]

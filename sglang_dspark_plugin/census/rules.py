@@ -31,7 +31,7 @@ from .view import ConfigView
 
 DSPARK_PROJECTORS = frozenset({"dspark", "dspark_v4"})
 SPECULATORS_TYPES = {"dflash": VOTE_DFLASH, "dflash2": VOTE_DFLASH, "dspark": VOTE_DSPARK}
-STRATEGIES = {"dflash": VOTE_DFLASH, "dspark": VOTE_DSPARK}
+STRATEGY_VOTES = {"dflash": VOTE_DFLASH, "dspark": VOTE_DSPARK}
 # sglang reads these on a TARGET config that bundles its DSpark draft head.
 SGLANG_BUNDLE_KEYS = (
     "dspark_block_size",
@@ -112,7 +112,7 @@ def training_state_signals(folder: str, strategy: Any) -> list[Signal]:
         raise UnsupportedCheckpointError(
             f"{where}: strategy = 'domino'. {DOMINO_MESSAGE}", where=f"{where}:strategy"
         )
-    vote = STRATEGIES.get(strategy) if isinstance(strategy, str) else None
+    vote = STRATEGY_VOTES.get(strategy) if isinstance(strategy, str) else None
     if vote is None:
         raise UnsupportedCheckpointError(
             f"{where}: strategy = {short(strategy)} is not a DFlash-family training strategy "
@@ -277,7 +277,7 @@ def shift_label_signals(view: ConfigView) -> list[Signal]:
 __all__ = [
     "DSPARK_PROJECTORS",
     "SPECULATORS_TYPES",
-    "STRATEGIES",
+    "STRATEGY_VOTES",
     "SGLANG_BUNDLE_KEYS",
     "MARKOV_PREFIXES",
     "DOMINO_PREFIXES",

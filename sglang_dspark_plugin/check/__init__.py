@@ -13,7 +13,7 @@ from .goals import TARGET_MATCHED, TARGET_RATIO, TARGET_SPEEDUP, targets
 from .measure import Drafter, Run, load_drafter_for, measure
 from .plot import plot
 from .report import CheckReport
-from .target import check_target_files, encode_prompts, load_target
+from .target import check_target_files, encode_prompts, load_target_model
 from .text import format_report
 
 __all__ = [
@@ -31,7 +31,7 @@ __all__ = [
     "check",
     "check_target_files",
     "check_plot_path",
-    "load_target",
+    "load_target_model",
     "load_drafter_for",
     "encode_prompts",
     "served_by_sglang",

@@ -30,7 +30,7 @@ from .confidence import CONFIDENCE, MIN_PROMPTS
 from .measure import load_drafter_for, measure
 from .plot import plot
 from .report import CheckReport, Settings, report_schema
-from .target import encode_prompts, load_target, memory_guard
+from .target import encode_prompts, load_target_model, memory_guard
 from .text import format_report
 from .verdicts import EXIT_NOT_EXACT, exit_codes_text
 
@@ -182,7 +182,7 @@ def check(args: argparse.Namespace) -> CheckReport:
     dtype_name = compute_dtype(args.dtype, checked.device, None if embedded else Path(target_path))
     dtype = getattr(torch, dtype_name)
     progress = _show_progress(args)
-    target, tokenizer = load_target(target_path, checked.device, dtype, progress=progress)
+    target, tokenizer = load_target_model(target_path, checked.device, dtype, progress=progress)
     drafters = [
         load_drafter_for(Path(p).name, cfg, target, tokenizer, checked.device, dtype)
         for p, cfg in zip(drafts, cfgs, strict=True)

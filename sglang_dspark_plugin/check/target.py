@@ -117,7 +117,7 @@ def check_target_files(path: str | Path) -> Path:
     return folder
 
 
-def load_target(
+def load_target_model(
     path: str | Path, device: torch.device, dtype: torch.dtype, *, progress: bool = False
 ) -> tuple[Any, Any]:
     """A local HF causal LM and its tokenizer, offline; a typed error when it cannot be loaded.
@@ -181,6 +181,6 @@ __all__ = [
     "TOKENIZER_FILES",
     "memory_guard",
     "check_target_files",
-    "load_target",
+    "load_target_model",
     "encode_prompts",
 ]

@@ -61,7 +61,7 @@ def _torch() -> str:
     return f"{torch.__version__} (CUDA {cuda}, {visible} GPU(s) visible)"
 
 
-def environment() -> dict[str, str]:
+def environment_facts() -> dict[str, str]:
     """The lines ``transformers env`` prints: Python, platform, torch and its CUDA, the HF packages."""
     facts = {
         "python": f"{platform.python_version()} ({sys.executable})",
@@ -221,7 +221,7 @@ def doctor(entry_point_name: str = ENTRY_POINT_NAME) -> dict[str, Any]:
     report["sglang_warnings"] = warnings
     broken = unreadable_distributions()
     report["problems"] += [f"unreadable distribution {d}: reinstall or remove it" for d in broken]
-    report["environment"] = environment()
+    report["environment"] = environment_facts()
     report["sglang_plugins"] = plugins = plugins_setting(entry_point_name)
     if plugins["excludes_plugin"]:
         report["problems"].append(

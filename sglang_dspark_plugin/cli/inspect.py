@@ -18,7 +18,6 @@ from ..errors import DsparkHarvestError
 from .commands import EXIT_OK, EXIT_REFUSED, add_command, emit, refuse
 
 TIER_NAMES = {TIER_EXPLICIT: "explicit", TIER_STRUCTURAL: "structural", TIER_INFO: "info"}
-DRAFT_FLAG = "--speculative-draft-model-path"
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -224,6 +223,8 @@ def _bundled_lines(bundled: dict[str, Any] | None) -> list[str]:
     """The target and where its bundled draft lives (nothing for a draft inspected by its own path)."""
     if bundled is None:
         return []
+    from ..serving.bundled import DRAFT_FLAG
+
     where = "its config.json's dspark_* keys" if bundled["form"] == "dspark_keys" else "its dspark/ subfolder"
     found_by = f"sglang {', '.join(bundled['found_by'])}" if bundled["found_by"] else "no tested sglang"
     return [

@@ -16,7 +16,7 @@ from typing import IO, Any
 
 from ..errors import UsageError
 from .groups import Group
-from .judge import group_json, verdict
+from .judge import group_json, group_verdict
 from .lines import ROUND, classify
 
 EXIT_HEALTHY, EXIT_UNREADABLE, EXIT_MISALIGNED, EXIT_COLLAPSE = 0, 2, 3, 5
@@ -47,7 +47,7 @@ class LogReport:
 
     def verdict(self) -> tuple[str, int]:
         """The worst group's verdict and its exit code (misaligned over collapse over healthy)."""
-        kinds = [verdict(g)[0] for g in self.groups.values()]
+        kinds = [group_verdict(g)[0] for g in self.groups.values()]
         for kind in ("misaligned", "collapse"):
             if kind in kinds:
                 return kind, VERDICT_CODES[kind]

@@ -22,7 +22,7 @@ from ..telemetry.counts import AcceptCounts
 from ..telemetry.settings import TelemetrySettings
 from .lines import Line
 
-MAX_PENDING = 100_000
+MAX_HELD_LINES = 100_000
 """Per-round lines held while a group's gamma is unknown (a log that starts after the startup line)."""
 TIME_BINS = 40
 INFERRED = "inferred: the longest accept length seen, minus one (a lower bound)"
@@ -130,7 +130,7 @@ class Group:
             "held_requests": int(f["held"]) if "held" in f else None,
             "swept_requests": int(f["swept"]) if "swept" in f else None,
         }
-        if self.summary["last"] is not None and len(self.summaries) < MAX_PENDING:
+        if self.summary["last"] is not None and len(self.summaries) < MAX_HELD_LINES:
             self.summaries.append((self.summary["rounds"], self.summary["last"]))
         self._set_gamma(int(f["gamma"]), "summary line")
 
@@ -151,7 +151,7 @@ class Group:
         self.last_round = index
         if self.counts is None:
             self.pending.append((index, lengths))
-            if len(self.pending) >= MAX_PENDING:
+            if len(self.pending) >= MAX_HELD_LINES:
                 self._set_gamma(max(max(ls) for _, ls in self.pending) - 1, INFERRED)
             return
         self._count(lengths)
@@ -257,4 +257,4 @@ def _number(text: str) -> float | None:
     return None if text == "n/a" else float(text)
 
 
-__all__ = ["Group", "Timeline", "TIME_BINS", "MAX_PENDING"]
+__all__ = ["Group", "Timeline", "TIME_BINS", "MAX_HELD_LINES"]

@@ -7,7 +7,7 @@ from typing import Any
 
 from .groups import Group
 
-MIN_REQUEST_ROUNDS = 50
+MIN_JUDGED_REQUEST_ROUNDS = 50
 """Request-rounds a log needs for its overall mean to count as a collapse when no full alarm window
 was seen."""
 MISALIGNED_KINDS = ("late", "early", "neither")
@@ -24,7 +24,7 @@ def collapsed(g: Group) -> str | None:
     """Why this group's acceptance counts as collapsed in its last run, or ``None``.
 
     Per-round lines: the server's alarm rule, replayed, fired since the last restart; or, with no
-    full window seen, the mean over at least ``MIN_REQUEST_ROUNDS`` request-rounds is below the
+    full window seen, the mean over at least ``MIN_JUDGED_REQUEST_ROUNDS`` request-rounds is below the
     threshold. Summary lines only: the last summary's window mean is below the threshold."""
     alarm, counts = g.alarm, g.counts
     if counts is not None and counts.rounds and alarm is not None:
@@ -32,7 +32,7 @@ def collapsed(g: Group) -> str | None:
             return f"the alarm rule fired {g.alarms_this_run} time(s) over the logged rounds"
         mean = counts.mean_accept_length()
         short = counts.rounds < alarm.warmup + alarm.window
-        if short and counts.request_rounds >= MIN_REQUEST_ROUNDS and mean is not None:
+        if short and counts.request_rounds >= MIN_JUDGED_REQUEST_ROUNDS and mean is not None:
             if mean < alarm.threshold:
                 return f"mean accept length {mean:.2f} < {alarm.threshold:.2f} over all logged rounds"
         return None
@@ -58,7 +58,7 @@ def falls_with_context(g: Group) -> str | None:
     return None
 
 
-def verdict(g: Group) -> tuple[str, str]:
+def group_verdict(g: Group) -> tuple[str, str]:
     """``(kind, why)``: ``misaligned`` (a confirmed probe measured drafts off their positions),
     ``collapse`` (acceptance collapsed, the probe measured no misalignment) or ``healthy``."""
     probe = probe_verdict(g)
@@ -98,7 +98,7 @@ def _figures(g: Group) -> dict[str, Any]:
 
 def group_json(g: Group) -> dict[str, Any]:
     """The group's part of the report."""
-    kind, why = verdict(g)
+    kind, why = group_verdict(g)
     return {
         "dp": g.dp,
         "harvest": g.harvest,
@@ -127,11 +127,11 @@ def group_json(g: Group) -> dict[str, Any]:
 
 
 __all__ = [
-    "MIN_REQUEST_ROUNDS",
+    "MIN_JUDGED_REQUEST_ROUNDS",
     "MISALIGNED_KINDS",
     "probe_verdict",
     "collapsed",
     "falls_with_context",
-    "verdict",
+    "group_verdict",
     "group_json",
 ]

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..census.architectures import DSPARK_ARCHITECTURES, SGLANG_DSPARK_ARM
 from ..census.draft_config import DflashCfg
 from ..census.families import pattern_family
+from ..census.markov import HEAD_TYPES
 from ..checkpoint.headers import tensor_headers
 from ..errors import DsparkHarvestError, InvalidCheckpointError, UnsupportedCheckpointError
 from ..harvest import ENV_VAR, Resolution
@@ -26,9 +27,6 @@ if TYPE_CHECKING:
 
 ALGORITHM = "DSPARK_HARVEST"
 """The name users pass to ``--speculative-algorithm``."""
-
-HEAD_TYPES = ("vanilla", "gated", "rnn")
-"""The Markov heads sglang's DSpark draft model builds (``models/dspark.py`` ``build_markov_head``)."""
 
 
 class ServeRefusal(DsparkHarvestError, ValueError):

@@ -94,9 +94,11 @@ def newer_than_measured(version: str) -> bool:
     return version_key(version) > version_key(LAST_MEASURED)
 
 
-def untested_warning(version: str, tested: tuple[str, ...] = TESTED) -> str:
-    """The registration's WARNING for a release CI does not test: measured, or not, and for a release
-    newer than the last one measured, that one's row is what the plan assumes."""
+def untested_warning(version: str, tested: tuple[str, ...] = TESTED) -> str | None:
+    """The registration's WARNING for a release CI does not test (None for a tested one): measured, or
+    not, and for a release newer than the last one measured, that one's row is what the plan assumes."""
+    if version in tested:
+        return None
     if version in BY_VERSION:
         row = "a measured release (scripts/release_matrix.py; its row of the release table is its own)"
     elif newer_than_measured(version):

@@ -1,9 +1,13 @@
-"""The sglang glue: the only sub-package that imports sglang.
+"""The sglang glue: the only sub-package that imports sglang; it translates what the plan decided.
 
 ``register`` is the entry point of the group ``sglang.srt.plugins`` (see pyproject.toml); sglang calls
-it with no argument in every process that runs ``sglang.srt.plugins.load_plugins()`` (the launcher
-before argument parsing, every scheduler process before ``Scheduler(...)``). Importing this package
-does not import sglang; ``register()`` does.
+it in every process that runs ``load_plugins()``. Importing this package does not import sglang.
+Nothing here branches on the harvest, the arm, the layout or a release number; the branches that stay
+read sglang's own shapes: the argument-pipeline adapter (``resolution.adapter``, chosen once by
+feature, and 0.5.19's deferred resolution inside ``adapter_0517``), the features ``sglang_support``
+hands the plan, sglang's algorithm name in ``builtin.worker_after_create`` (only a DFLASH or DSPARK
+worker is replaced) and the route's class in ``draft_model.draft_route`` (the plan's choice, as
+sglang's class).
 """
 
 from __future__ import annotations
@@ -64,8 +68,9 @@ def register() -> bool:
         if missing:
             logger.error("%s", contract.mismatch_message(missing, "NOT registered"))
             return False
-        if version not in contract.SUPPORTED_SGLANG:
-            logger.warning("%s", untested_warning(str(version), contract.SUPPORTED_SGLANG))
+        warning = untested_warning(str(version), contract.SUPPORTED_SGLANG)
+        if warning is not None:
+            logger.warning("%s", warning)
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
         from .spec_algo import DsparkHarvestSpecAlgo

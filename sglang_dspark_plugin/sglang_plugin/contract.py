@@ -19,7 +19,7 @@ from ..serving.refusals import WorkerContractError, contract_mismatch
 from ..serving.releases import TESTED
 from ..serving.releases import installed_sglang as sglang_version
 from ..serving.request import REQUEST_ARGS
-from ..util.contract_check import Entry, HookStatus, check_entry, check_fields, parse_entries
+from ..util.contract_check import Entry, HookStatus, check_class_fields, check_entry, parse_entries
 from .hooks import HOOK_CONTRACT
 from .resolution import adapter
 
@@ -79,7 +79,7 @@ def check_contract(*, workers: bool = True) -> list[HookStatus]:
     """Check the registration's entries, the ServerArgs fields and (unless ``workers=False``, what
     ``register()`` checks: no worker module of sglang is imported) the workers' entries."""
     statuses = [check_entry(*entry) for entry in registration_contract()]
-    statuses += check_fields("sglang.srt.server_args", "ServerArgs", SERVER_ARGS_FIELDS)
+    statuses += check_class_fields("sglang.srt.server_args", "ServerArgs", SERVER_ARGS_FIELDS)
     if workers:
         statuses += check_worker_contract()
     return statuses

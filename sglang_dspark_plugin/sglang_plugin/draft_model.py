@@ -82,8 +82,7 @@ class HarvestDSparkDraftModel(DSparkDraftModel):
         return out
 
     def post_load_weights(self) -> None:
-        """Called by sglang's loaders that bypass ``load_weights`` (dummy, sharded state, remote): keep
-        the head zero there too."""
+        """Loaders that bypass ``load_weights`` (dummy, sharded state, remote) call it: keep the head zero."""
         parent = getattr(super(), "post_load_weights", None)
         if parent is not None:
             parent()

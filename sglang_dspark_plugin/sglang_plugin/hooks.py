@@ -18,13 +18,11 @@ from ..util.import_hooks import when_imported
 from .resolution import plan_of, published_server_args
 
 _PARSE_MODULE = "sglang.srt.speculative.dspark_components.dspark_config"
-PARSE_HOOK_TARGET = f"{_PARSE_MODULE}.parse_dspark_draft_config"
-"""sglang's DSpark draft-config parser; every Markov-rank refusal reads its result."""
+PARSE_HOOK_TARGET = f"{_PARSE_MODULE}.parse_dspark_draft_config"  # every Markov-rank refusal reads it
 
 _RESULT_MODULE = "sglang.srt.managers.scheduler_components.batch_result_processor"
 _RESULT_QUALNAME = "SchedulerBatchResultProcessor._resolve_spec_v2_tokens"
-RESULT_HOOK_TARGET = f"{_RESULT_MODULE}.{_RESULT_QUALNAME}"
-"""The scheduler's host-side processing of one verify round; it calls ``on_verify_complete_cpu``."""
+RESULT_HOOK_TARGET = f"{_RESULT_MODULE}.{_RESULT_QUALNAME}"  # one round; calls on_verify_complete_cpu
 
 HOOK_CONTRACT: list[Entry] = parse_entries(
     """
@@ -44,8 +42,7 @@ TARGET_CONTRACT: list[Entry] = [
     (_RESULT_MODULE, _RESULT_QUALNAME, ("result", "batch")),
     (_PARSE_MODULE, "parse_dspark_draft_config", ("draft_hf_config",)),
 ]
-"""The hooks' targets, in heavy modules: part of the workers' contract (checked when a
-``DSPARK_HARVEST`` server starts, and by ``dspark-harvest doctor``)."""
+"""The hooks' targets, in heavy modules: part of the workers' contract (``workers.WORKER_CONTRACT``)."""
 
 
 def register_hooks() -> None:

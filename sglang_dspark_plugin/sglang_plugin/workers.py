@@ -183,8 +183,7 @@ def parent_worker_of(cls: type) -> type:
 def worker_class_for(layout: Layout) -> type:
     """The worker class sglang's scheduler instantiates for a plan's ``layout``."""
     if layout not in WORKERS:
-        expected = ", ".join(known.describe() for known in WORKERS)
-        raise GeometryError(
-            f"no worker for the layout {layout!r}; expected {expected}", where="worker_class_for"
-        )
+        expected = "; ".join(known.describe() for known in WORKERS)
+        message = f"no DSPARK_HARVEST worker for the layout {layout!r}; expected one of: {expected}"
+        raise GeometryError(message, where="worker_class_for")
     return WORKERS[layout]

@@ -28,7 +28,7 @@ from __future__ import annotations
 from .accept import AcceptTelemetry
 from .alarm import Alarm, RollingAlarm
 from .counts import ACCEPT_LENGTH_DEFINITION, AcceptCounts
-from .deferred import DEFER_ROUNDS, DeferredRounds
+from .deferred import DeferredRounds
 from .hostcost import HostCost, PluginWork, plugin_work
 from .metrics import PrometheusMetrics
 from .settings import ACCEPT_LOGGER, TelemetrySettings
@@ -39,7 +39,6 @@ __all__ = [
     "AcceptCounts",
     "AcceptTelemetry",
     "Alarm",
-    "DEFER_ROUNDS",
     "DeferredRounds",
     "HostCost",
     "PluginWork",

@@ -4,9 +4,9 @@ Measured in sglang's served engine on CPU (``scripts/bench_served.py``, docs/tel
 plugin's round work costs 4 to 8 times its warm cost when it runs once per round, because the round's
 forward pass evicts the caches its code and data need. Queuing what each round hands over (the
 accept counts, the probe's snapshot of the round, a finished request) and running the queue every
-``DEFER_ROUNDS`` rounds, or when the batch drains, runs that code warm. What each step does, and in
-which order, is unchanged: the telemetry and the live probe see exactly the calls they saw round by
-round, later. Three things are deferred by up to ``DEFER_ROUNDS`` rounds:
+``MEMRA_DSPARK_DEFER_ROUNDS`` rounds (default 64), or when the batch drains, runs that code warm.
+What each step does, and in which order, is unchanged: the telemetry and the live probe see exactly
+the calls they saw round by round, later. Three things are deferred by up to that many rounds:
 
 - the per-round log line (its timestamp is still the round's own) and the summary and ALARM lines;
 - the probe's verdict and Prometheus's counters;
@@ -41,10 +41,6 @@ RoundSnapshot = tuple[
 ]
 """One round as ``live_probe.observe_round`` takes it, after the probe."""
 
-DEFER_ROUNDS = DEFAULT_DEFER_ROUNDS
-"""Verify rounds queued before the queue runs (a finished request runs it sooner); a server takes
-``MEMRA_DSPARK_DEFER_ROUNDS`` (``TelemetrySettings.defer_rounds``)."""
-
 _VERIFY, _PROBE, _FINISH = 0, 1, 2
 
 
@@ -69,7 +65,7 @@ class DeferredRounds:
         self,
         telemetry: AcceptTelemetry,
         probe: LiveProbe | None,
-        every: int = DEFER_ROUNDS,
+        every: int = DEFAULT_DEFER_ROUNDS,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.telemetry, self.probe, self.every, self.clock = telemetry, probe, max(1, every), clock
@@ -151,4 +147,4 @@ class DeferredRounds:
                 telemetry.sync_state()
 
 
-__all__ = ["DEFER_ROUNDS", "DeferredRounds", "RoundSnapshot"]
+__all__ = ["DeferredRounds", "RoundSnapshot"]

@@ -99,7 +99,7 @@ def check_entry(module: str, qualname: str, params: tuple[str, ...] | None) -> H
     return HookStatus(module, qualname, params, True)
 
 
-def check_fields(module: str, qualname: str, names: tuple[str, ...]) -> list[HookStatus]:
+def check_class_fields(module: str, qualname: str, names: tuple[str, ...]) -> list[HookStatus]:
     """Check that the class ``module.qualname`` has each of these fields (a dataclass's fields, else its
     attributes); one status per field, none when the class itself does not resolve."""
     try:
@@ -113,4 +113,4 @@ def check_fields(module: str, qualname: str, names: tuple[str, ...]) -> list[Hoo
     ]
 
 
-__all__ = ["Entry", "HookStatus", "check_entry", "check_fields", "parse_entries"]
+__all__ = ["Entry", "HookStatus", "check_entry", "check_class_fields", "parse_entries"]

@@ -1,11 +1,11 @@
-"""The tier rule (``census.decision.decide``), the verdict ``DflashCfg`` keeps, and the shared vote and
-repr helpers."""
+"""The tier rule (``census.decision.decide_evidence``), the verdict ``DflashCfg`` keeps, and the shared
+vote and repr helpers."""
 
 from __future__ import annotations
 
 import pytest
 
-from sglang_dspark_plugin.census.decision import Decision, decide
+from sglang_dspark_plugin.census.decision import Decision, decide_evidence
 from sglang_dspark_plugin.census.draft_config import (
     TIER_EXPLICIT,
     TIER_INFO,
@@ -26,16 +26,16 @@ RANK_ZERO = Signal("config.json:markov_rank", 0, TIER_INFO, None)
 
 
 def test_no_vote_decides_nothing():
-    assert decide([]) == decide([RANK_ZERO]) == Decision(None, None, None)
+    assert decide_evidence([]) == decide_evidence([RANK_ZERO]) == Decision(None, None, None)
 
 
 def test_the_highest_tier_with_votes_decides():
-    assert decide([ARCH_DSPARK, PROJECTOR_DSPARK, RANK_ZERO]) == Decision(TIER_STRUCTURAL, "dspark")
-    assert decide([ARCH_DSPARK, FLAG_DFLASH, RANK_ZERO]) == Decision(TIER_EXPLICIT, "dflash")
+    assert decide_evidence([ARCH_DSPARK, PROJECTOR_DSPARK, RANK_ZERO]) == Decision(TIER_STRUCTURAL, "dspark")
+    assert decide_evidence([ARCH_DSPARK, FLAG_DFLASH, RANK_ZERO]) == Decision(TIER_EXPLICIT, "dflash")
 
 
 def test_disagreeing_votes_of_the_deciding_tier_are_a_conflict_listing_them():
-    decision = decide([ARCH_DSPARK, FLAG_DFLASH, FLAG_DSPARK])
+    decision = decide_evidence([ARCH_DSPARK, FLAG_DFLASH, FLAG_DSPARK])
     assert (decision.tier, decision.vote) == (TIER_EXPLICIT, None)
     assert decision.conflict is not None
     assert decision.conflict.startswith("the checkpoint's explicit declarations (tier 1) disagree")

@@ -20,9 +20,9 @@ from released_checkpoints import RELEASED
 from sglang_dspark_plugin import ENV_VAR
 from sglang_dspark_plugin.census import census
 from sglang_dspark_plugin.census.declaration import (
-    MASK_FILL,
+    READS_MASK_FILL,
+    READS_SHIFTED,
     REFUSED,
-    SHIFTED,
     declare,
     served_by,
 )
@@ -144,11 +144,14 @@ def _reading(config):
 
 def test_the_engine_table_reads_each_key_where_each_release_reads_it():
     # sglang 0.5.23 DSPARK: the top level only, true when absent; 0.5.17 reads nothing
-    assert _reading(_dspark()) == {"sglang 0.5.17 DSPARK": SHIFTED, "sglang 0.5.23 DSPARK": SHIFTED}
+    assert _reading(_dspark()) == {
+        "sglang 0.5.17 DSPARK": READS_SHIFTED,
+        "sglang 0.5.23 DSPARK": READS_SHIFTED,
+    }
     top = _reading(_dspark(sample_from_anchor=False))
     nested = _reading(_dspark(dflash_config={"sample_from_anchor": False}))
-    assert top["sglang 0.5.23 DSPARK"] == MASK_FILL and top["sglang 0.5.17 DSPARK"] == SHIFTED
-    assert nested["sglang 0.5.23 DSPARK"] == SHIFTED  # nested is ignored there
+    assert top["sglang 0.5.23 DSPARK"] == READS_MASK_FILL and top["sglang 0.5.17 DSPARK"] == READS_SHIFTED
+    assert nested["sglang 0.5.23 DSPARK"] == READS_SHIFTED  # nested is ignored there
     # DFLASH: no key in any release; the open PRs read top level or nested, and refuse or honour true
     plain = _reading(_dflash())
     assert set(plain) == {
@@ -156,11 +159,11 @@ def test_the_engine_table_reads_each_key_where_each_release_reads_it():
         "sglang DFLASH + PR 40203 (open)",
         "sglang DFLASH + PR 40181 (open)",
     }
-    assert set(plain.values()) == {MASK_FILL}
+    assert set(plain.values()) == {READS_MASK_FILL}
     shifted = _reading(_dflash(dflash_config={"query_zero_predicts_next": True}))
     assert shifted == {
-        "sglang 0.5.17-0.5.23 DFLASH": MASK_FILL,
-        "sglang DFLASH + PR 40203 (open)": SHIFTED,
+        "sglang 0.5.17-0.5.23 DFLASH": READS_MASK_FILL,
+        "sglang DFLASH + PR 40203 (open)": READS_SHIFTED,
         "sglang DFLASH + PR 40181 (open)": REFUSED,
     }
 
@@ -182,7 +185,7 @@ def test_the_command_prints_what_it_wrote_and_each_engine_before_and_after(tmp_p
     source = write_checkpoint(tmp_path, "dspark_sample_from_anchor_false")
     assert main(["declare", str(source), "--out", str(tmp_path / "out"), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["harvest"] == "dflash" and report["layout"] == MASK_FILL
+    assert report["harvest"] == "dflash" and report["layout"] == READS_MASK_FILL
     assert report["written"] == {"dflash_config.sample_from_anchor": False, "dflash_config.block_size": 8}
     engines = {row["engine"]: row for row in report["engines"]}
     assert engines["sglang 0.5.17 DSPARK"]["right"] is False  # 0.5.17 reads no key: still wrong

@@ -211,7 +211,7 @@ def test_check_refuses_a_reduced_draft_vocabulary_before_loading(
     def must_not_load(*args: object) -> None:
         raise AssertionError("the target was loaded")
 
-    monkeypatch.setattr(cli, "load_target", must_not_load)
+    monkeypatch.setattr(cli, "load_target_model", must_not_load)
     error = _refusal(capsys, "--target", str(EMBEDDED.target), "--draft", str(draft))
     assert error["kind"] == "unsupported" and "draft_vocab_size" in error["message"]
 

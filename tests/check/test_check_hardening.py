@@ -74,6 +74,6 @@ def test_a_prompt_that_is_not_text_is_refused_before_anything_loads(
 ) -> None:
     from sglang_dspark_plugin.check import cli
 
-    monkeypatch.setattr(cli, "load_target", lambda *a, **k: pytest.fail("the target was loaded"))
+    monkeypatch.setattr(cli, "load_target_model", lambda *a, **k: pytest.fail("the target was loaded"))
     error = _refused(capsys, "--prompt", prompt)
     assert error["kind"] == "usage" and "--prompt" in error["message"]

@@ -161,7 +161,7 @@ def test_a_target_config_is_bounded_by_its_weights_before_transformers_allocates
     (target / "config.json").write_text(json.dumps(config))
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", _must_not_run)
     with pytest.raises(InvalidCheckpointError) as info:
-        check_cmd.load_target(target, torch.device("cpu"), torch.float32)
+        check_cmd.load_target_model(target, torch.device("cpu"), torch.float32)
     assert says in info.value.message and "config.json" in info.value.where
     assert "bfloat16" not in info.value.message  # the config is the problem, not the machine
 
@@ -217,7 +217,7 @@ def test_a_setting_of_megabytes_never_becomes_evidence_in_a_log_line(tmp_path, c
 def test_check_refuses_max_new_tokens_past_the_context_before_loading(capsys, monkeypatch):
     from sglang_dspark_plugin.cli import main
 
-    monkeypatch.setattr("sglang_dspark_plugin.check.cli.load_target", _must_not_run)
+    monkeypatch.setattr("sglang_dspark_plugin.check.cli.load_target_model", _must_not_run)
     assert main(["check", "--json", "--no-progress", "--max-new-tokens", str(10**9)]) == 2
     error = json.loads(capsys.readouterr().out)["error"]
     assert error["kind"] == "usage" and error["where"] == "--max-new-tokens" and "1024" in error["message"]

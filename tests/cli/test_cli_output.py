@@ -90,9 +90,9 @@ def test_transformers_progress_shows_while_the_target_loads_only_when_asked() ->
     import torch
     from transformers.utils import logging as hf_logging
 
-    from sglang_dspark_plugin.check.target import load_target
+    from sglang_dspark_plugin.check.target import load_target_model
 
-    load_target(EMBEDDED.target, torch.device("cpu"), torch.float32, progress=True)
+    load_target_model(EMBEDDED.target, torch.device("cpu"), torch.float32, progress=True)
     assert hf_logging.is_progress_bar_enabled()
-    load_target(EMBEDDED.target, torch.device("cpu"), torch.float32, progress=False)
+    load_target_model(EMBEDDED.target, torch.device("cpu"), torch.float32, progress=False)
     assert not hf_logging.is_progress_bar_enabled()

@@ -305,7 +305,7 @@ def test_a_shard_larger_than_the_address_space_limit_is_read_by_its_header(tmp_p
 
 @pytest.mark.parametrize("device", ["meta", "mps", "xpu", "hpu", "ipu", "cuda:99"])
 def test_check_device_is_validated_before_any_model_loads(capsys, monkeypatch, device):
-    monkeypatch.setattr("sglang_dspark_plugin.check.cli.load_target", _must_not_run)
+    monkeypatch.setattr("sglang_dspark_plugin.check.cli.load_target_model", _must_not_run)
     assert main(["check", "--json", "--no-progress", "--device", device]) == 2
     error = json.loads(capsys.readouterr().out)["error"]
     assert error["kind"] == "usage" and device in error["message"] and error["where"] == "--device"
@@ -326,7 +326,7 @@ def _must_not_run(*args: Any, **kwargs: Any) -> None:
 )
 def test_check_plot_is_validated_before_the_measurement(capsys, monkeypatch, tmp_path, plot, says):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("sglang_dspark_plugin.check.cli.load_target", _must_not_run)
+    monkeypatch.setattr("sglang_dspark_plugin.check.cli.load_target_model", _must_not_run)
     assert main(["check", "--json", "--no-progress", "--plot", plot]) == 2
     error = json.loads(capsys.readouterr().out)["error"]
     assert error["kind"] == "usage" and says in error["message"]
@@ -354,7 +354,7 @@ def test_a_corrupt_target_safetensors_is_refused(tmp_path):
 
 
 def test_absurd_threads_are_a_usage_error(capsys, monkeypatch):
-    monkeypatch.setattr("sglang_dspark_plugin.check.cli.load_target", _must_not_run)
+    monkeypatch.setattr("sglang_dspark_plugin.check.cli.load_target_model", _must_not_run)
     for threads in ("0", str(10**10)):
         assert main(["check", "--json", "--no-progress", "--threads", threads]) == 2
         error = json.loads(capsys.readouterr().out)["error"]
@@ -400,7 +400,7 @@ def test_a_huge_environment_value_is_cut_in_the_message():
 
 
 def test_check_validates_the_harvest_environment_before_loading(capsys, monkeypatch):
-    monkeypatch.setattr("sglang_dspark_plugin.check.cli.load_target", _must_not_run)
+    monkeypatch.setattr("sglang_dspark_plugin.check.cli.load_target_model", _must_not_run)
     monkeypatch.setenv(ENV_VAR, "dpsark")
     assert main(["check", "--json", "--no-progress"]) == 2
     error = json.loads(capsys.readouterr().out)["error"]
@@ -514,7 +514,7 @@ def test_inspect_says_when_sglang_cannot_serve_the_layers(tmp_path, capsys):
 def test_check_measures_a_drafter_sglang_cannot_serve_and_says_so(drafter_copy):
     import torch
 
-    target, tokenizer = check_cmd.load_target(EMBEDDED.target, torch.device("cpu"), torch.float32)
+    target, tokenizer = check_cmd.load_target_model(EMBEDDED.target, torch.device("cpu"), torch.float32)
     n = target.config.num_hidden_layers
     ids = json.loads((drafter_copy / "config.json").read_text())["dflash_config"]["target_layer_ids"]
     verdicts = {}

@@ -1,12 +1,12 @@
 """``util.contract_check``: ``check_entry`` names what an installed library lacks (a module, an attribute,
-a parameter, an inspectable signature), ``check_fields`` a class's missing fields, ``parse_entries``
+a parameter, an inspectable signature), ``check_class_fields`` a class's missing fields, ``parse_entries``
 reads entries written one per line."""
 
 from __future__ import annotations
 
 import pytest
 
-from sglang_dspark_plugin.util.contract_check import check_entry, check_fields, parse_entries
+from sglang_dspark_plugin.util.contract_check import check_class_fields, check_entry, parse_entries
 
 
 def test_present_entries_pass() -> None:
@@ -52,13 +52,13 @@ def test_entries_are_read_one_per_line_under_their_module() -> None:
 
 
 def test_fields_are_checked_one_by_one() -> None:
-    statuses = check_fields("argparse", "Namespace", ("__init__", "no_such_field"))
+    statuses = check_class_fields("argparse", "Namespace", ("__init__", "no_such_field"))
     assert [(s.qualname, s.ok, s.problem) for s in statuses] == [
         ("Namespace.__init__", True, ""),
         ("Namespace.no_such_field", False, "missing"),
     ]
-    dataclass_fields = check_fields(
+    dataclass_fields = check_class_fields(
         "sglang_dspark_plugin.serving.request", "LaunchRequest", ("draft", "device")
     )
     assert [s.ok for s in dataclass_fields] == [True, False]  # a dataclass: its fields, not its attributes
-    assert check_fields("no_such_module_anywhere", "Thing", ("x",)) == []
+    assert check_class_fields("no_such_module_anywhere", "Thing", ("x",)) == []
