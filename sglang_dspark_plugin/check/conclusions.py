@@ -117,6 +117,7 @@ def _manifest(drafter: Drafter, best: DsparkHarvest, runs: list[Run], target_pat
             "target": target_path,
             "accept_length": run_.telemetry.counts.mean_accept_length(),
             "exact_match": run_.exact,
+            "near_tie_flips": sum(d.near_tie for d in run_.departures),
         },
     )
 
@@ -135,7 +136,7 @@ def build_report(
     now = [served(d.name, d.cfg, env_value) for d in drafters]
     recommendations = [recommend(d, runs, s) for d, s in zip(drafters, now, strict=True)]
     rows = [RunRow.of(r) for r in runs]
-    verdict = overall((r.verdict for r in recommendations), all(r.exact_match for r in rows))
+    verdict = overall((r.verdict for r in recommendations), all(r.exact_up_to_ties for r in rows))
     return CheckReport(
         schema_version=SCHEMA_VERSION,
         verdict=verdict,

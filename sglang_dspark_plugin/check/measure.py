@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CensusConflictError
 from ..harvest import DsparkHarvest
+from .exactness import Output
 from .target import memory_guard
 
 if TYPE_CHECKING:
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from ..engine.spec_decode import Generation
     from ..probe.offsets import ProbeCounts, ProbeResult
     from ..telemetry import AcceptTelemetry
+    from .report import Departure
 
 WARMUP_TOKENS = 8
 
@@ -77,7 +79,8 @@ class Run:
     telemetry: AcceptTelemetry
     seconds: float = 0.0
     tokens: int = 0
-    exact: bool = True
+    exact: bool = True  # every output identical to the target's own greedy output
+    checked: list[Output] = field(default_factory=list)  # every output, for the judge of departures
     counts: ProbeCounts = field(default_factory=_no_counts)
     outputs: list[list[int]] = field(default_factory=list)
     meta_lengths: list[float] = field(default_factory=list)  # sglang's meta_info figure, per request
@@ -93,6 +96,11 @@ class Run:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
     @property
+    def departures(self) -> list[Departure]:
+        """Where the outputs left the target's greedy choice (filled by ``exactness.judge``)."""
+        return [d for o in self.checked for d in o.departures]
+
+    @property
     def probe(self) -> ProbeResult:
         """The offset probe's verdict on every draft counted so far."""
         from ..probe.offsets import verdict
@@ -106,6 +114,7 @@ class Run:
         self.seconds += gen.seconds
         self.tokens += len(gen.tokens)
         self.exact &= gen.tokens == reference
+        self.checked.append(Output(len(self.outputs), prompt, gen.tokens, reference))
         self.outputs.append(gen.tokens)
         if gen.sglang_meta_accept_length is not None:
             self.meta_lengths.append(gen.sglang_meta_accept_length)

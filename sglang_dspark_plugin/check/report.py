@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ..probe.offsets import ProbeResult
     from .measure import Run
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 def _harvest(name: str) -> DsparkHarvest:
@@ -38,6 +38,20 @@ class JsonRecord:
 
 
 @dataclass(frozen=True)
+class Departure(JsonRecord):
+    """One point where a speculative output left the target's greedy choice for its own prefix
+    (``exactness.py`` says how each is classified)."""
+
+    prompt: int  # index of the prompt (0-based, in the order decoded)
+    position: int  # index of the new token (0-based; 0 is the prefill's token)
+    token: int  # what the speculative run committed
+    expected: int  # the target's greedy token for the same prefix
+    margin: float  # float32 logit of expected minus that of token, from the same prefix
+    tolerance: float  # what the run's dtype can separate at this position (2 E + floor)
+    near_tie: bool  # |margin| <= tolerance: a rounding flip, not an error
+
+
+@dataclass(frozen=True)
 class RunRow(JsonRecord):
     """One drafter under one harvest, as measured."""
 
@@ -50,9 +64,26 @@ class RunRow(JsonRecord):
     per_position: tuple[float, ...]
     per_prompt_accepted: tuple[int, ...]  # accepted drafts per prompt: the paired samples of the interval
     per_prompt_rounds: tuple[int, ...]  # request-rounds per prompt
-    exact_match: bool
+    exact_match: bool  # every output identical to the target's own greedy output, token for token
+    departures: tuple[Departure, ...]  # where an output left it: near-tie flips and errors (exactness.py)
     tokens_per_s: float
     probe_verdict: str
+
+    @property
+    def near_ties(self) -> list[Departure]:
+        """Departures within the dtype's rounding: reported, never failing the gate."""
+        return [d for d in self.departures if d.near_tie]
+
+    @property
+    def errors(self) -> list[Departure]:
+        """Departures by a clear margin: a verify or harvest bug."""
+        return [d for d in self.departures if not d.near_tie]
+
+    @property
+    def exact_up_to_ties(self) -> bool:
+        """Identical, or every departure a near-tie (a report of schema 2 or older, not exact, has no
+        departures judged: it does not count as exact)."""
+        return self.exact_match or (bool(self.departures) and not self.errors)
 
     @classmethod
     def of(cls, run: Run) -> RunRow:
@@ -69,6 +100,7 @@ class RunRow(JsonRecord):
             per_prompt_accepted=tuple(a for a, _ in run.per_prompt),
             per_prompt_rounds=tuple(n for _, n in run.per_prompt),
             exact_match=run.exact,
+            departures=tuple(run.departures),
             tokens_per_s=run.tokens_per_s,
             probe_verdict=run.probe.verdict,
         )
@@ -77,7 +109,7 @@ class RunRow(JsonRecord):
     def from_json(cls, data: Mapping[str, Any]) -> RunRow:
         """A row read back from a saved ``check --json`` object (one of an older release may lack the
         fields added since: ``drafter_strategy``, ``sglang_meta_accept_length``, ``per_position``,
-        ``per_prompt_accepted``, ``per_prompt_rounds``, ``probe_verdict``)."""
+        ``per_prompt_accepted``, ``per_prompt_rounds``, ``probe_verdict``, ``departures``)."""
         return cls(
             drafter=data["drafter"],
             drafter_strategy=data.get("drafter_strategy"),
@@ -89,6 +121,7 @@ class RunRow(JsonRecord):
             per_prompt_accepted=tuple(data.get("per_prompt_accepted") or ()),
             per_prompt_rounds=tuple(data.get("per_prompt_rounds") or ()),
             exact_match=data["exact_match"],
+            departures=tuple(Departure(**d) for d in data.get("departures") or ()),
             tokens_per_s=data["tokens_per_s"],
             probe_verdict=data.get("probe_verdict", ""),
         )
@@ -237,6 +270,16 @@ class CheckReport(JsonRecord):
         """Every speculative output equalled the target's own greedy output."""
         return all(r.exact_match for r in self.runs)
 
+    @property
+    def errors(self) -> list[tuple[RunRow, Departure]]:
+        """Every departure by a clear margin, with its run: what fails the gate."""
+        return [(r, d) for r in self.runs for d in r.errors]
+
+    @property
+    def near_ties(self) -> list[tuple[RunRow, Departure]]:
+        """Every near-tie flip, with its run: reported only."""
+        return [(r, d) for r in self.runs for d in r.near_ties]
+
 
 def report_schema() -> dict[str, Any]:
     """The JSON Schema of ``check --json`` (what ``check --schema`` prints)."""
@@ -245,6 +288,7 @@ def report_schema() -> dict[str, Any]:
 
 __all__ = [
     "SCHEMA_VERSION",
+    "Departure",
     "RunRow",
     "MarkovHeadInfo",
     "ConfidenceHeadInfo",

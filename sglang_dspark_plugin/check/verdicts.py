@@ -20,7 +20,11 @@ EXIT_INCONCLUSIVE = 4
 # verdict: (exit code, what it means); the order is the overall verdict's precedence, worst first
 VERDICTS: dict[Verdict, tuple[int, str]] = {
     REFUSED: (EXIT_REFUSED, "refused: an argument or a checkpoint is wrong (the message says what to fix)"),
-    NOT_EXACT: (EXIT_NOT_EXACT, "a speculative output differed from the target's own greedy output"),
+    NOT_EXACT: (
+        EXIT_NOT_EXACT,
+        "a speculative output left the target's own greedy choice by a clear margin (a verify or harvest "
+        "bug; near-tie flips of 16-bit rounding are reported, not failed)",
+    ),
     CONTRADICTS: (
         EXIT_CONTRADICTS,
         "what DSPARK_HARVEST serves now contradicts the measurement; the report prints the override",
@@ -42,7 +46,8 @@ def exit_code(verdict: Verdict) -> int:
 
 
 def overall(drafter_verdicts: Iterable[Verdict], exact: bool) -> Verdict:
-    """The run's verdict: not exact if any output differed, else the worst of the drafters' verdicts."""
+    """The run's verdict: not exact if any output left the target's greedy choice by a clear margin
+    (``exact`` is False), else the worst of the drafters' verdicts."""
     seen = set(drafter_verdicts) | ({NOT_EXACT} if not exact else set())
     return next((v for v in VERDICTS if v in seen), SERVE_AS_IS)
 

@@ -23,6 +23,7 @@ RUN_KEYS = {
     "per_prompt_accepted",
     "per_prompt_rounds",
     "exact_match",
+    "departures",
     "tokens_per_s",
     "probe_verdict",
 }
@@ -268,7 +269,7 @@ def test_a_non_exact_run_exits_1_and_says_why(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from sglang_dspark_plugin.check import cli
-    from sglang_dspark_plugin.check.report import CheckReport, RunRow, Settings
+    from sglang_dspark_plugin.check.report import CheckReport, Departure, RunRow, Settings
     from sglang_dspark_plugin.check.verdicts import exit_code, overall
 
     run = RunRow(
@@ -282,6 +283,7 @@ def test_a_non_exact_run_exits_1_and_says_why(
         per_prompt_accepted=(2,),
         per_prompt_rounds=(2,),
         exact_match=False,
+        departures=(Departure(0, 3, 11, 12, margin=2.5, tolerance=0.3, near_tie=False),),
         tokens_per_s=10.0,
         probe_verdict="aligned",
     )
@@ -297,7 +299,7 @@ def test_a_non_exact_run_exits_1_and_says_why(
     )
     verdict = overall([], exact=False)
     report = CheckReport(
-        schema_version=2,
+        schema_version=3,
         verdict=verdict,
         exit_code=exit_code(verdict),
         accept_length_definition="",
@@ -314,5 +316,6 @@ def test_a_non_exact_run_exits_1_and_says_why(
     monkeypatch.setattr(cli, "check", lambda args: report)
     assert main(["check", "--no-progress"]) == 1
     out = capsys.readouterr().out
-    assert "NOT EXACT" in out and "--dtype float32" in out
+    assert "NOT EXACT: 1 token(s)" in out and "clear margin" in out
+    assert "prompt 0, new token 3: 11 instead of 12, float32 margin 2.5 > tolerance 0.3" in out
     assert "2.00x" in out  # speedup = 10 / 5 tokens/s
