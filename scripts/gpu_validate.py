@@ -15,9 +15,12 @@ checks), sends the same prompts at temperature 0, each alone and then all at onc
 * every plugin run ran with ``MEMRA_DSPARK_SYNC_DEBUG`` (on CUDA, a device synchronisation the plugin
   adds stops the run) and ``MEMRA_DSPARK_HOST_TIMING`` (its host time per round goes in the report).
 
-Exactness against the run without speculation is reported as information (identical requests and the
-mean common-prefix fraction): sglang does not promise bit-identical bf16 greedy output across its
-verify and decode kernels, even for its builtin algorithms.
+* every served output is the run without speculation's, up to near-tie flips: each point where it
+  departs is judged by ``dspark-harvest check``'s own rule (``check/exactness.py``, docs/check.md): the
+  float32 margin against the rounding measured there, with the target loaded by transformers after the
+  servers stop. A near-tie flip is reported (sglang does not promise bit-identical bf16 greedy output
+  across its verify and decode kernels, even for its builtins); a departure by a clear margin fails.
+  The prompts are sent as token ids (``--tokenizer``, default the target's) so the judge decodes the same.
 
     python scripts/gpu_validate.py --model-path TARGET --draft DRAFT --out report.json
     python scripts/gpu_validate.py --model-path TARGET --draft DRAFT --dry-run   # print the commands
@@ -176,6 +179,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="DFlash-family draft checkpoint (none: the DSPARK draft bundled in the target)",
     )
     p.add_argument("--prompts", default=None, help="file: one prompt per line, or JSON lines")
+    p.add_argument(
+        "--tokenizer",
+        default=None,
+        help="the folder whose tokenizer encodes the prompts (default: --model-path); they are sent as "
+        "token ids, which the judge of departures decodes again",
+    )
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--port", type=int, default=30000)
     p.add_argument("--tp-size", type=int, default=1)
@@ -430,7 +439,7 @@ def pd_payloads(args: argparse.Namespace, prompt: Any, params: dict[str, Any], r
         "bootstrap_port": args.pd_bootstrap_port,
         "bootstrap_room": room,
     }
-    return {"text": prompt, "sampling_params": params, **bootstrap}
+    return {"input_ids": prompt, "sampling_params": params, **bootstrap}
 
 
 def _pd_generate(
@@ -538,6 +547,49 @@ def _dry_run(args: argparse.Namespace, runs: list[Any], arm: str | None, why: st
     return 0
 
 
+def encode_texts(model_path: str, texts: list[str]) -> list[list[int]]:
+    """The prompts as the target's tokenizer encodes them (sglang's own encoding of a text prompt)."""
+    from transformers import AutoTokenizer
+
+    from sglang_dspark_plugin.check.target import encode_prompts
+
+    return encode_prompts(AutoTokenizer.from_pretrained(model_path, local_files_only=True), texts)
+
+
+def judge_departures(
+    args: argparse.Namespace, prompts: list[list[int]], results: dict[str, Any]
+) -> dict[str, list[dict[str, Any]]]:
+    """Each served run's outputs against the run without speculation, by ``check``'s own rule
+    (``check/exactness.py``): a near-tie flip is reported, a departure by a clear margin fails. The target
+    is loaded with transformers once every server has stopped, on the device and in the dtype ``check``
+    picks for it (on a GPU, the checkpoint's own: what sglang served)."""
+    import torch
+
+    from sglang_dspark_plugin.check.arguments import compute_dtype
+    from sglang_dspark_plugin.check.exactness import judge_outputs
+    from sglang_dspark_plugin.check.target import load_target_model
+
+    base = results.get("baseline")
+    if base is None or base.outcome is None:
+        return {}
+    served = {
+        name: got.outcome.outputs
+        for name, got in results.items()
+        if name != "baseline" and got.outcome is not None and len(got.outcome.outputs) == len(prompts)
+    }
+    judged: dict[str, list[dict[str, Any]]] = {name: [] for name in served}
+    differing = {name: outs for name, outs in served.items() if outs != base.outcome.outputs}
+    if not differing:  # every output identical: nothing to recompute, no model to load
+        return judged
+    device = torch.device("cuda" if torch.cuda.is_available() and not args.cpu_harness else "cpu")
+    dtype = getattr(torch, compute_dtype("auto", device, Path(args.model_path)))
+    target, _ = load_target_model(args.model_path, device, dtype)
+    for name, outputs in differing.items():
+        found = judge_outputs(target, prompts, outputs, base.outcome.outputs)
+        judged[name] = [d.to_json() for d in found]
+    return judged
+
+
 def validate_deployment(args: argparse.Namespace) -> tuple[int, dict[str, Any], list[Any], dict[str, Any]]:
     """Every configuration served, checked and reported: (exit status, report, runs, results)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -548,7 +600,7 @@ def validate_deployment(args: argparse.Namespace) -> tuple[int, dict[str, Any], 
     runs = vd.build_runs(args.draft, args.model_path, args.extra_args, arm, version or vd.ASSUMED_VERSION)
     if args.pd:
         runs += vd.build_pd_runs(runs, arm, str(Path(args.workdir) / "pd-plugin-auto.manifest.json"))
-    prompts = load_prompts(args.prompts)
+    texts = load_prompts(args.prompts)
     if args.dry_run:
         return (
             _dry_run(args, runs, arm, why, version or f"not installed: planned for {vd.ASSUMED_VERSION}"),
@@ -556,6 +608,9 @@ def validate_deployment(args: argparse.Namespace) -> tuple[int, dict[str, Any], 
             runs,
             {},
         )
+    prompts = encode_texts(
+        args.tokenizer or args.model_path, texts
+    )  # token ids: the judge of departures decodes the same
     base_env, cpu_flags = cpu_harness() if args.cpu_harness else (dict(os.environ), [])
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
     params = {"temperature": 0, "max_new_tokens": args.max_new_tokens}
@@ -576,14 +631,15 @@ def validate_deployment(args: argparse.Namespace) -> tuple[int, dict[str, Any], 
                 out = serve_pd(args, run, cpu_flags, prompts, params, (env, decode_env))
             else:
                 command = server_command(args, run, cpu_flags)
-                out = serve_outcome(args, run.name, command, {}, prompts, True, "text", params, env)
+                out = serve_outcome(args, run.name, command, {}, prompts, True, "input_ids", params, env)
             results[run.name] = vd.RunResult(out, out.log)
         except Exception as err:  # noqa: BLE001 - one failed configuration is reported, not fatal
             path = Path(args.workdir) / (f"{run.name}.decode.log" if run.pd else f"{run.name}.log")
             log = path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
             results[run.name] = vd.RunResult(None, log, f"{type(err).__name__}: {err}")
         print(f"[gpu_validate] {run.name}: {results[run.name].error or 'served'}", flush=True)
-    checks = vd.evaluate(runs, results, arm)
+    departures = judge_departures(args, prompts, results)
+    checks = vd.evaluate(runs, results, arm) + vd.departure_checks(departures)
     report = {
         "sglang": version,
         "census_arm": arm,
@@ -603,7 +659,7 @@ def validate_deployment(args: argparse.Namespace) -> tuple[int, dict[str, Any], 
         ],
         "checks": [{"check": c.name, "ok": c.ok, "detail": c.detail} for c in checks],
         "accept_lengths": vd.accept_table(runs, results),
-        "information": vd.information(runs, results),
+        "information": {**vd.information(runs, results), "departures": departures},
     }
     for c in checks:
         print(f"{'PASS' if c.ok else 'FAIL'} {c.name}" + ("" if c.ok or not c.detail else f" ({c.detail})"))

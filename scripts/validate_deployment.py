@@ -358,6 +358,20 @@ def information(runs: list[RunSpec], results: dict[str, RunResult]) -> dict[str,
     return info
 
 
+def departure_checks(departures: dict[str, list[dict[str, Any]]]) -> list[sc.Check]:
+    """One check per judged run: no departure from the run without speculation beyond a near-tie flip
+    (``check``'s rule, docs/check.md); the near-ties are counted in the detail."""
+    checks = []
+    for name, found in departures.items():
+        errors = [d for d in found if not d["near_tie"]]
+        ties = len(found) - len(errors)
+        detail = (
+            f"{len(errors)} clear departure(s), first {errors[0]}" if errors else f"{ties} near-tie flip(s)"
+        )
+        checks.append(_check(f"{name}: no departure beyond a near-tie vs no speculation", not errors, detail))
+    return checks
+
+
 def accept_table(runs: list[RunSpec], results: dict[str, RunResult]) -> list[dict[str, Any]]:
     rows = []
     for run in runs:
@@ -386,6 +400,7 @@ __all__ = [
     "accept_table",
     "build_pd_runs",
     "build_runs",
+    "departure_checks",
     "evaluate",
     "information",
     "plan_arm",

@@ -26,8 +26,8 @@ from .arguments import (
     resolve_target,
 )
 from .conclusions import build_report
-from .exactness import judge
 from .confidence import CONFIDENCE, MIN_PROMPTS
+from .exactness import judge
 from .measure import load_drafter_for, measure
 from .plot import plot
 from .report import CheckReport, Settings, report_schema
@@ -89,7 +89,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         choices=DTYPE_CHOICES,
         default="auto",
         help="compute dtype (default auto: the target checkpoint's dtype on CUDA, float32 on CPU and for "
-        "the embedded models; in bfloat16 and float16 a near-tie flip is reported, only a clear departure fails)",
+        "the embedded models; in bfloat16 and float16 a near-tie flip is reported, only a clear departure "
+        "fails)",
     )
     parser.add_argument(
         "--max-new-tokens",

@@ -29,7 +29,7 @@ epsilon would either excuse real errors in a small model or flag near-ties in a 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -76,14 +76,19 @@ def _logits(target: Any, prompt: list[int], tokens: list[int]) -> torch.Tensor:
 
 
 def _points(target: Any, output: Output) -> list[_Point]:
-    """The positions where ``output`` leaves the target's greedy choice, in the run's dtype."""
-    first = next(j for j, (a, b) in enumerate(zip(output.tokens, output.reference)) if a != b)
+    """The positions where ``output`` leaves the target's greedy choice, in the run's dtype (outputs of
+    different lengths, a server's stopped at an end token, are compared over the common part first)."""
+    pairs = zip(output.tokens, output.reference, strict=False)
+    common = min(len(output.tokens), len(output.reference))
+    first = next((j for j, (a, b) in enumerate(pairs) if a != b), common)
+    if first >= len(output.tokens):  # a prefix of the reference: nothing it committed departed
+        return []
     logits = _logits(target, output.prompt, output.tokens)
     greedy = logits.argmax(-1).tolist()
-    points = [_Point(output, first, output.reference[first], logits[first].cpu())]
+    points = [_Point(output, first, output.reference[first], logits[first].cpu())] if first < common else []
     points += [
         _Point(output, j, greedy[j], logits[j].cpu())
-        for j in range(first + 1, len(output.tokens))
+        for j in range(first + 1 if first < common else first, len(output.tokens))
         if greedy[j] != output.tokens[j]
     ]
     return points
@@ -134,4 +139,17 @@ def judge(target: Any, outputs: Sequence[Output]) -> None:
         o.departures = tuple(by_output[id(o)])
 
 
-__all__ = ["FLOOR_ULPS", "Output", "judge"]
+def judge_outputs(
+    target: Any, prompts: Sequence[list[int]], outputs: Sequence[list[int]], references: Sequence[list[int]]
+) -> list[Departure]:
+    """Every departure of ``outputs`` (one per prompt, e.g. a server's) from ``references`` (the same
+    prompts decoded without speculation), by the rule above; ``[]`` when every output is identical."""
+    judged = [
+        Output(i, list(p), list(o), list(r))
+        for i, (p, o, r) in enumerate(zip(prompts, outputs, references, strict=True))
+    ]
+    judge(target, judged)
+    return [d for o in judged for d in o.departures]
+
+
+__all__ = ["FLOOR_ULPS", "Output", "judge", "judge_outputs"]

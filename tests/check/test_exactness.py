@@ -87,3 +87,21 @@ def test_float32_runs_have_no_departure(capsys: pytest.CaptureFixture[str]) -> N
     assert report["settings"]["dtype"] == "float32"
     assert all(r["exact_match"] and r["departures"] == [] for r in report["runs"])
     assert code != 1
+
+
+def test_outputs_of_other_lengths_are_judged_over_what_they_committed() -> None:
+    """A server's output may stop at an end token: a prefix of the reference has no departure, tokens past
+    the reference are judged against the target's greedy choice for their own prefix."""
+    from sglang_dspark_plugin.check.exactness import judge_outputs
+    from sglang_dspark_plugin.check.target import encode_prompts, load_target_model
+    from sglang_dspark_plugin.embedded import EMBEDDED
+    from sglang_dspark_plugin.engine import autoregressive_generate
+
+    target, tokenizer = load_target_model(EMBEDDED.target, torch.device("cpu"), torch.float32)
+    (prompt,) = encode_prompts(tokenizer, [EMBEDDED.prompts[0]])
+    greedy = autoregressive_generate(target, prompt, 12).tokens
+    assert judge_outputs(target, [prompt], [greedy[:6]], [greedy]) == []
+    assert judge_outputs(target, [prompt], [greedy], [greedy[:6]]) == []  # greedy past the reference
+    wrong = greedy[:8] + [(greedy[8] + 1) % target.config.vocab_size]
+    (found,) = judge_outputs(target, [prompt], [wrong], [greedy[:6]])
+    assert (found.position, found.expected, found.near_tie) == (8, greedy[8], False)

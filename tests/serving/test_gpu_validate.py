@@ -17,6 +17,7 @@ import pytest
 from bundled_checkpoints import TARGETS
 from checkpoints import FIXTURES, write_checkpoint
 
+from sglang_dspark_plugin.embedded import EMBEDDED
 from sglang_dspark_plugin.harvest import DsparkHarvest
 from sglang_dspark_plugin.telemetry import AcceptTelemetry, TelemetrySettings
 
@@ -241,6 +242,7 @@ FAKE_SERVER = r"""
 import json, logging, math, os, sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from sglang_dspark_plugin.census import census
+from sglang_dspark_plugin.embedded import EMBEDDED
 from sglang_dspark_plugin.harvest import DsparkHarvest
 from sglang_dspark_plugin.serving import LaunchRequest, SglangSupport, make_plan
 from sglang_dspark_plugin.serving.manifest import write_manifest
@@ -280,7 +282,7 @@ if algo is not None:
 
 def serve(texts):
     ids = lambda t: [len(t) + i for i in range(TOKENS)]
-    outs = [{"text": "out:" + t[::-1], "output_ids": ids(t), "meta_info": {}} for t in texts]
+    outs = [{"output_ids": ids(t), "meta_info": {}} for t in texts]
     if accept is None or mode == "prefill":
         return outs
     rounds = math.ceil((TOKENS - 1) / (accept + 1))  # the first token comes from the prefill
@@ -309,8 +311,8 @@ class Handler(BaseHTTPRequestHandler):
         req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         if mode is not None and not isinstance(req.get("bootstrap_room"), int):
             self.send_response(400); self.end_headers(); return
-        text = req["text"]
-        self.reply(serve(text) if isinstance(text, list) else serve([text])[0])
+        ids = req["input_ids"]
+        self.reply(serve(ids) if isinstance(ids[0], list) else serve([ids])[0])
 
 ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
 """
@@ -341,7 +343,8 @@ def test_full_run_against_a_stand_in_server(name: str, tmp_path: Path) -> None:
     prompts.write_text("first prompt\n\n" + json.dumps({"prompt": "second prompt"}) + "\n")
     out = tmp_path / "report.json"
     argv = [
-        "--model-path", "t", "--draft", str(draft), "--python", str(fake_python), "--port", str(_free_port()),
+        "--model-path", "t", "--tokenizer", str(EMBEDDED.target),
+        "--draft", str(draft), "--python", str(fake_python), "--port", str(_free_port()),
         "--prompts", str(prompts), "--workdir", str(tmp_path / "runs"), "--out", str(out),
         "--alarm-warmup", "2", "--alarm-window", "5", "--startup-timeout", "120",
     ]  # fmt: skip
@@ -394,7 +397,8 @@ def test_pd_serves_the_census_arm_1p1d_and_a_mismatched_decode_server_is_refused
     out = tmp_path / "report.json"
     port = _free_port()
     argv = [
-        "--model-path", "t", "--draft", str(draft), "--python", str(_stand_in(tmp_path)), "--port", str(port),
+        "--model-path", "t", "--tokenizer", str(EMBEDDED.target),
+        "--draft", str(draft), "--python", str(_stand_in(tmp_path)), "--port", str(port),
         "--workdir", str(tmp_path / "runs"), "--out", str(out), "--alarm-warmup", "2", "--alarm-window", "5",
         "--startup-timeout", "120", "--pd", "--pd-bootstrap-port", str(_free_port()),
     ]  # fmt: skip
@@ -537,3 +541,35 @@ def test_embedded_dry_run_lists_exactly_the_served_cases_runs(tmp_path: Path) ->
             else "MEMRA_DSPARK_HARVEST" not in cmd
         )
     assert "drafter-dspark-zero-markov" in proc.stdout
+
+
+def test_served_outputs_are_judged_by_checks_rule() -> None:
+    """A near-tie-free identical run passes; a run with a token the target clearly does not pick fails,
+    the departure recomputed with the target (the embedded one, float32 on CPU) as ``check`` does."""
+    import argparse
+
+    import torch
+
+    from sglang_dspark_plugin.check.target import encode_prompts, load_target_model
+    from sglang_dspark_plugin.engine import autoregressive_generate
+
+    target, tokenizer = load_target_model(EMBEDDED.target, torch.device("cpu"), torch.float32)
+    prompts = encode_prompts(tokenizer, list(EMBEDDED.prompts[:2]))
+    greedy = [autoregressive_generate(target, p, 12).tokens for p in prompts]
+    wrong = [list(g) for g in greedy]
+    wrong[1][5] = (wrong[1][5] + 1) % target.config.vocab_size
+    results = {
+        "baseline": vd.RunResult(sc.Outcome(greedy, [{}, {}], ""), ""),
+        "plugin-auto": vd.RunResult(sc.Outcome([list(g) for g in greedy], [{}, {}], ""), ""),
+        "plugin-dspark": vd.RunResult(sc.Outcome(wrong, [{}, {}], ""), ""),
+    }
+    args = argparse.Namespace(model_path=str(EMBEDDED.target), cpu_harness=True)
+    departures = gv.judge_departures(args, prompts, results)
+    assert departures["plugin-auto"] == []
+    found = departures["plugin-dspark"][0]  # then the rest, judged on the changed prefix
+    assert (found["prompt"], found["position"], found["near_tie"]) == (1, 5, False)
+    assert found["expected"] == greedy[1][5] and found["margin"] > found["tolerance"]
+    checks = {c.name: c for c in vd.departure_checks(departures)}
+    assert checks["plugin-auto: no departure beyond a near-tie vs no speculation"].ok
+    bad = checks["plugin-dspark: no departure beyond a near-tie vs no speculation"]
+    assert not bad.ok and f"{len(departures['plugin-dspark'])} clear departure(s)" in bad.detail
