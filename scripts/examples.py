@@ -84,6 +84,15 @@ def _environment(
                     os.environ[key] = value
 
 
+@contextlib.contextmanager
+def _cpu_only() -> Iterator[None]:
+    """The examples are CPU runs (``--device auto`` is CUDA where torch sees a GPU): hide any GPU."""
+    from unittest import mock
+
+    with mock.patch("torch.cuda.is_available", return_value=False):
+        yield
+
+
 def run(command: str) -> str:
     """The output of ``command`` (a ``dspark-harvest`` command line), the checkout's path as ``...``."""
     sys.path.insert(0, str(ROOT))
@@ -98,7 +107,11 @@ def run(command: str) -> str:
     import sglang_dspark_plugin
 
     out = io.StringIO()
-    with _environment(assignments, fixtures, targets, logs), contextlib.redirect_stdout(out):
+    with (
+        _environment(assignments, fixtures, targets, logs),
+        _cpu_only(),
+        contextlib.redirect_stdout(out),
+    ):
         main(words[start + 1 :])
     # where the package is imported from (this checkout, or an installed copy) is shown as ``...``
     installed = Path(sglang_dspark_plugin.__file__).resolve().parent.parent

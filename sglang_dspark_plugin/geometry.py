@@ -124,6 +124,13 @@ def _version(dist: str) -> str | None:
         return None
 
 
+def _plugin_version() -> str:
+    """The running package's own version: the same whether it is installed or run from a source folder."""
+    from . import __version__
+
+    return __version__
+
+
 def build_manifest(
     geometry: RoundGeometry,
     resolution: Resolution,
@@ -145,7 +152,7 @@ def build_manifest(
         if cfg is None or cfg.target_layer_ids is None
         else list(cfg.target_layer_ids),
         "versions": {
-            "sglang-dspark-plugin": _version("sglang-dspark-plugin"),
+            "sglang-dspark-plugin": _plugin_version(),
             "sglang": _version("sglang"),
             "torch": _version("torch"),
             "transformers": _version("transformers"),

@@ -55,3 +55,15 @@ def test_the_readme_lists_every_refusal_kind_with_its_errors() -> None:
             continue
         assert cls.kind in rows, f"README's refusal table has no row for kind {cls.kind!r}"
         assert f"`{name}`" in rows[cls.kind], f"README's {cls.kind!r} row omits {name}"
+
+
+def test_the_examples_run_on_the_cpu_where_torch_sees_a_gpu() -> None:
+    """The docs' examples are CPU runs: on a GPU machine ``--device auto`` must not turn them into CUDA runs."""
+    from unittest import mock
+
+    with (
+        mock.patch("torch.cuda.is_available", return_value=True),
+        mock.patch("torch.cuda.device_count", return_value=1),
+    ):
+        out = examples.run("dspark-harvest check --num-prompts 1 --max-new-tokens 4 --no-progress")
+    assert "device cpu, float32" in out

@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+import sglang_dspark_plugin
+
 from sglang_dspark_plugin import DflashCfg, DsparkHarvest, RoundGeometry, Signal, build_manifest
 from sglang_dspark_plugin.census.draft_config import TIER_STRUCTURAL
 from sglang_dspark_plugin.errors import GeometryError
@@ -84,7 +86,8 @@ def test_manifest_carries_geometry_and_provenance():
     assert manifest["evidence"] == [signal.to_json()]
     assert manifest["warnings"] and "contradicts" in manifest["warnings"][0]
     assert manifest["producer"] == "test" and manifest["run"] == 7
-    assert manifest["versions"]["sglang-dspark-plugin"] is not None  # installed editable
+    # the running code's own version, installed or not (a source folder on PYTHONPATH too)
+    assert manifest["versions"]["sglang-dspark-plugin"] == sglang_dspark_plugin.__version__
     text = manifest_json(manifest)
     assert json.loads(text) == json.loads(json.dumps(manifest, default=str))
     assert text == manifest_json(dict(reversed(list(manifest.items()))))  # key order does not matter

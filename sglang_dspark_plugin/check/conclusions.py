@@ -14,12 +14,13 @@ from .report import (
     DrafterInfo,
     ProbeRow,
     Recommendation,
+    ReleaseServes,
     RunRow,
     Settings,
     TargetResult,
     WouldServe,
 )
-from .verdicts import CONTRADICTS, INCONCLUSIVE, SERVE_AS_IS, exit_code, overall
+from .verdicts import CONTRADICTS, INCONCLUSIVE, REFUSED, SERVE_AS_IS, exit_code, overall
 
 if TYPE_CHECKING:
     from ..census.draft_config import DflashCfg
@@ -65,6 +66,9 @@ def recommend(drafter: Drafter, runs: list[Run], now: WouldServe) -> Recommendat
             INCONCLUSIVE,
             f"neither harvest accepts ({measured}): this drafter does not fit this target",
         )
+    elif now.harvest is None:
+        verdict = REFUSED
+        advice = f"DSPARK_HARVEST refuses it at startup ({now.refused}); measured: {measured}"
     elif comparison.decided is None:
         verdict = INCONCLUSIVE
         advice = _advice(verdict, best, drafter, now, measured)
@@ -85,18 +89,52 @@ def recommend(drafter: Drafter, runs: list[Run], now: WouldServe) -> Recommendat
     )
 
 
-def served(name: str, cfg: DflashCfg, env_value: str | None) -> WouldServe:
-    """What ``DSPARK_HARVEST`` would serve for this drafter with this environment, or why it refuses."""
+def _release_serves(cfg: DflashCfg, env_value: str | None, target: str | None, version: str) -> ReleaseServes:
+    from ..serving import LaunchRequest, SglangSupport
+    from ..serving.verdict import release_verdict
+
+    request = LaunchRequest(draft=str(cfg.path), target=target, harvest_env=env_value)
+    verdict = release_verdict(request, SglangSupport.for_version(version))
+    refused = None if verdict.servable else verdict.how
+    return ReleaseServes(version, verdict.harvest, verdict.builtin, verdict.needs, refused)
+
+
+def releases_to_plan() -> tuple[str, ...]:
+    """The sglang releases ``check`` plans a launch for: the installed one, else every tested one."""
+    from ..serving import releases
+
+    installed = releases.installed_sglang()
+    return (installed,) if installed else releases.TESTED
+
+
+def served(
+    name: str,
+    cfg: DflashCfg,
+    env_value: str | None,
+    target: str | None = None,
+    versions: tuple[str, ...] | None = None,
+) -> WouldServe:
+    """What ``DSPARK_HARVEST`` would serve for this drafter with this environment, or why it refuses: the
+    serving plan a launch runs (``make_plan``, per release of ``versions``, default ``releases_to_plan()``;
+    ``target`` is the launch's ``--model-path``, a local folder), so the gate and the launch agree."""
+    per_release = tuple(_release_serves(cfg, env_value, target, v) for v in versions or releases_to_plan())
+    harvests = {r.harvest for r in per_release if r.harvest is not None}
+    if len(harvests) != 1:
+        refusals = [f"sglang {r.version}: {r.refused}" for r in per_release if r.refused]
+        why = "; ".join(refusals) or "the releases serve different harvests"
+        return WouldServe(name, env_value, None, None, why, per_release)
     try:
-        resolution = Resolution.of(cfg, env_value)
-    except CensusConflictError as exc:
-        return WouldServe(name, env_value, None, None, exc.message)
-    return WouldServe(name, env_value, resolution.harvest.name(), resolution.source, None)
+        source = Resolution.of(cfg, env_value).source  # the decision the plan took its harvest from
+    except CensusConflictError as exc:  # the plan would have refused: kept as a refusal all the same
+        return WouldServe(name, env_value, None, None, exc.message, per_release)
+    return WouldServe(name, env_value, harvests.pop(), source, None, per_release)
 
 
-def served_by_sglang(cfg: DflashCfg, env_value: str | None) -> dict[str, Any]:
+def served_by_sglang(
+    cfg: DflashCfg, env_value: str | None, versions: tuple[str, ...] | None = None
+) -> dict[str, Any]:
     """``served`` as ``{"harvest", "source", "refused"}``: what ``DSPARK_HARVEST`` would serve, or why not."""
-    answer = served("", cfg, env_value)
+    answer = served("", cfg, env_value, versions=versions)
     return {"harvest": answer.harvest, "source": answer.source, "refused": answer.refused}
 
 
@@ -133,7 +171,8 @@ def build_report(
     with ``MEMRA_DSPARK_HARVEST`` as it is now (``env_value``), or why it would refuse."""
     from ..telemetry import ACCEPT_LENGTH_DEFINITION
 
-    now = [served(d.name, d.cfg, env_value) for d in drafters]
+    versions = releases_to_plan()
+    now = [served(d.name, d.cfg, env_value, settings.target, versions) for d in drafters]
     recommendations = [recommend(d, runs, s) for d, s in zip(drafters, now, strict=True)]
     rows = [RunRow.of(r) for r in runs]
     verdict = overall((r.verdict for r in recommendations), all(r.exact_up_to_ties for r in rows))
@@ -157,4 +196,4 @@ def build_report(
     )
 
 
-__all__ = ["NO_FIT", "recommend", "served", "served_by_sglang", "build_report"]
+__all__ = ["NO_FIT", "recommend", "releases_to_plan", "served", "served_by_sglang", "build_report"]

@@ -177,7 +177,7 @@ class Recommendation(JsonRecord):
     """What to do with one drafter: its verdict, the override where one is needed, and why."""
 
     drafter: str
-    verdict: Verdict  # serve-as-is, contradicts or inconclusive
+    verdict: Verdict  # serve-as-is, contradicts, inconclusive, or refused (the launch's plan refuses it)
     harvest: DsparkHarvest  # the harvest that accepted more (decided or not, see comparison)
     census: str | None  # the strategy the census says
     served: str | None  # the harvest DSPARK_HARVEST serves now; None when it would refuse
@@ -214,14 +214,27 @@ class ProbeRow(JsonRecord):
 
 
 @dataclass(frozen=True)
+class ReleaseServes(JsonRecord):
+    """What one sglang release's launch serves for a drafter: the serving plan's own answer."""
+
+    version: str
+    harvest: str | None  # None: this release refuses the launch
+    builtin: str | None  # the builtin it is served as (DFLASH, DSPARK)
+    needs: str | None  # a flag the launch must add (the block size config.json leaves out)
+    refused: str | None  # the plan's refusal
+
+
+@dataclass(frozen=True)
 class WouldServe(JsonRecord):
-    """What ``--speculative-algorithm DSPARK_HARVEST`` would serve for a drafter now, or why it refuses."""
+    """What ``--speculative-algorithm DSPARK_HARVEST`` would serve for a drafter now, or why it refuses:
+    the serving plan of the installed sglang release, else of every tested release (``releases``)."""
 
     drafter: str
     env_value: str | None  # MEMRA_DSPARK_HARVEST as it is now
-    harvest: str | None  # None when a server would refuse it
+    harvest: str | None  # None when no release planned would serve it
     source: str | None
     refused: str | None
+    releases: tuple[ReleaseServes, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -295,6 +308,7 @@ __all__ = [
     "DrafterInfo",
     "Recommendation",
     "ProbeRow",
+    "ReleaseServes",
     "WouldServe",
     "TargetResult",
     "Settings",

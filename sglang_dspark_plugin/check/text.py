@@ -6,7 +6,7 @@ from ..cli.commands import table_lines
 from ..errors import printable
 from ..harvest import ENV_VAR
 from .goals import targets
-from .report import CheckReport, Departure, DrafterInfo, RunRow
+from .report import CheckReport, Departure, DrafterInfo, RunRow, WouldServe
 
 COLUMNS = (
     "drafter",
@@ -136,19 +136,29 @@ def _recommendations(report: CheckReport) -> list[str]:
     return lines
 
 
+def _releases_text(item: WouldServe) -> str:
+    serving = [r for r in item.releases if r.harvest]
+    text = f" on sglang {', '.join(r.version for r in serving)}" if serving else ""
+    needs = sorted({r.needs for r in serving if r.needs})
+    text += "".join(f" (with {flag} N)" for flag in needs)
+    if serving:  # a refusal on every release is the line itself
+        text += "".join(f"; sglang {r.version} refuses it: {r.refused}" for r in item.releases if r.refused)
+    return text
+
+
 def _served(report: CheckReport) -> list[str]:
     if not report.served:
         return []
     env = report.served[0].env_value
     setting = f"{ENV_VAR}={env!r}" if env is not None else f"{ENV_VAR} unset"
-    lines = ["", f"served by --speculative-algorithm DSPARK_HARVEST now ({setting}):"]
+    lines = ["", f"served by --speculative-algorithm DSPARK_HARVEST now ({setting}; the launch's own plan):"]
     for item in report.served:
         what = (
             f"{item.harvest} harvest (source: {item.source})"
             if item.refused is None
             else f"refused at startup: {item.refused}"
         )
-        lines.append(f"  {item.drafter}: {what}")
+        lines.append(f"  {item.drafter}: {what}{_releases_text(item)}")
     return lines
 
 

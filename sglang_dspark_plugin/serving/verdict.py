@@ -30,6 +30,7 @@ class Servability:
 
     version: str
     builtin: str | None  # "DFLASH", "DSPARK"; None: this release refuses the launch
+    harvest: str | None  # the plan's harvest ("dflash", "dspark"); None when refused
     sample_from_anchor: bool | None  # DSPARK's query layout; None for DFLASH or when refused
     how: str  # the class that builds it, or the plan's refusal
     needs: str | None = None  # a flag the launch must add (the block size config.json leaves out)
@@ -51,10 +52,11 @@ class Servability:
         return f"{self.builtin}{layout}{needs} ({self.how})"
 
     def to_json(self) -> dict[str, Any]:
-        """``{version, builtin, sample_from_anchor, servable, how, needs, kind, where}``."""
+        """``{version, builtin, harvest, sample_from_anchor, servable, how, needs, kind, where}``."""
         return {
             "version": self.version,
             "builtin": self.builtin,
+            "harvest": self.harvest,
             "sample_from_anchor": self.sample_from_anchor,
             "servable": self.servable,
             "how": self.how,
@@ -85,12 +87,13 @@ def how_served(plan: ServePlan) -> str:
 def _served(plan: ServePlan, needs: str | None) -> Servability:
     version = plan.support.version
     layout = plan.layout.sample_from_anchor
-    return Servability(version, plan.builtin, layout, how_served(plan), needs, advice=plan.advice)
+    harvest = plan.resolution.harvest.name()
+    return Servability(version, plan.builtin, harvest, layout, how_served(plan), needs, advice=plan.advice)
 
 
 def _refused(version: str, err: DsparkHarvestError) -> Servability:
     why = err.message.removeprefix(f"{ALGORITHM}: ")
-    return Servability(version, None, None, why, kind=err.kind, where=err.where)
+    return Servability(version, None, None, None, why, kind=err.kind, where=err.where)
 
 
 def release_verdict(request: LaunchRequest, support: SglangSupport) -> Servability:

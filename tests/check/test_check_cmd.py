@@ -116,12 +116,22 @@ def test_check_takes_each_drafter_census_once(
 ) -> None:
     from sglang_dspark_plugin import census as census_module
 
+    from sglang_dspark_plugin.check.conclusions import releases_to_plan
+
     calls: list[str] = []
+    planned: list[str] = []
     real = census_module.census
-    monkeypatch.setattr(census_module, "census", lambda path: calls.append(path) or real(path))
+
+    def counted(path: str, *args: object, **kwargs: object) -> object:
+        (planned if kwargs.get("download") else calls).append(path)  # the plan censuses as a launch does
+        return real(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(census_module, "census", counted)
     code, _ = check_json(capsys)
     assert code == EXIT_INCONCLUSIVE
     assert sorted(calls) == sorted(str(p) for p in EMBEDDED.drafters.values())
+    # the served harvest is the launch's own plan: one per drafter and release planned
+    assert sorted(planned) == sorted([str(p) for p in EMBEDDED.drafters.values()] * len(releases_to_plan()))
 
 
 def test_check_table_and_plot(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -231,7 +241,10 @@ def test_check_runs_a_speculators_format_drafter_like_its_original(
     reports = {}
     for name, draft in (("sf", original), ("spec", spec)):
         code, reports[name] = check_json(capsys, "--target", str(EMBEDDED.target), "--draft", str(draft))
-        assert code == EXIT_INCONCLUSIVE  # exact (else 1); one prompt states no confidence
+        # exact (else 1); one prompt states no confidence; sglang itself cannot load the speculators
+        # config, so the launch's plan refuses that copy, and check says so (exit 2)
+        assert code == (EXIT_INCONCLUSIVE if name == "sf" else 2)
+    assert reports["spec"]["served"][0]["harvest"] is None and reports["spec"]["verdict"] == "refused"
     for a, b in zip(reports["sf"]["runs"], reports["spec"]["runs"], strict=True):
         assert (a["harvest"], a["drafter_strategy"]) == (b["harvest"], b["drafter_strategy"])
         assert (a["accept_length"], a["per_position"], a["exact_match"]) == (
