@@ -8,8 +8,7 @@ from .census.draft_config import DflashCfg, Signal
 from .errors import *  # noqa: F403  (every error class: ``errors.__all__``)
 from .geometry import RoundGeometry, build_manifest
 from .harvest import ENV_VAR, DsparkHarvest, Resolution
-
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = [
     "DsparkHarvest",

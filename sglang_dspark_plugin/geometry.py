@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import GeometryError, HarvestEnvError, MissingBlockSizeError
 from .harvest import DsparkHarvest
 from .util.reprs import short
+from .version import __version__
 
 if TYPE_CHECKING:
     from .census.draft_config import DflashCfg
@@ -124,13 +125,6 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _plugin_version() -> str:
-    """The running package's own version: the same whether it is installed or run from a source folder."""
-    from . import __version__
-
-    return __version__
-
-
 def build_manifest(
     geometry: RoundGeometry,
     resolution: Resolution,
@@ -152,7 +146,7 @@ def build_manifest(
         if cfg is None or cfg.target_layer_ids is None
         else list(cfg.target_layer_ids),
         "versions": {
-            "sglang-dspark-plugin": _plugin_version(),
+            "sglang-dspark-plugin": __version__,  # the running code's, installed or not
             "sglang": _version("sglang"),
             "torch": _version("torch"),
             "transformers": _version("transformers"),

@@ -58,7 +58,7 @@ def test_the_readme_lists_every_refusal_kind_with_its_errors() -> None:
 
 
 def test_the_examples_run_on_the_cpu_where_torch_sees_a_gpu() -> None:
-    """The docs' examples are CPU runs: on a GPU machine ``--device auto`` must not turn them into CUDA runs."""
+    """The docs' examples are CPU runs: on a GPU machine ``--device auto`` must not make them CUDA runs."""
     from unittest import mock
 
     with (

@@ -7,7 +7,6 @@ import json
 import pytest
 
 import sglang_dspark_plugin
-
 from sglang_dspark_plugin import DflashCfg, DsparkHarvest, RoundGeometry, Signal, build_manifest
 from sglang_dspark_plugin.census.draft_config import TIER_STRUCTURAL
 from sglang_dspark_plugin.errors import GeometryError

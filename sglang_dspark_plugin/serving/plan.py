@@ -30,6 +30,7 @@ from .bundled import (
     require_finding_builtin,
     same_path,
 )
+from .context_edge import reserve_headroom, row_refusal, row_statement
 from .layout import DSPARK, Layout, architectures_of, layout_for
 from .manifest import write_manifest
 from .peer import check_peer
@@ -121,6 +122,20 @@ class ServePlan:
             if same_path(config_name, self.draft) or same_path(config_name, self.cfg.path)
             else None
         )
+
+    def row_headroom(self, page_size: int, sglang_extra: int) -> tuple[int, str]:
+        """The ``req_to_token`` row headroom beyond ``context_len`` this launch builds its pool with:
+        sglang's own (``sglang_extra``), widened to hold every decode round's reserve (``context_edge``),
+        and the sentence the log states it in. Never narrower than sglang's."""
+        window = self.geometry.verify_window
+        statement = row_statement(window, page_size, sglang_extra)
+        return max(sglang_extra, reserve_headroom(window, page_size)), statement
+
+    def require_row_headroom(self, headroom: int, page_size: int) -> None:
+        """Refuse a launch whose ``req_to_token`` rows hold less than every decode round's reserve."""
+        needed = reserve_headroom(self.geometry.verify_window, page_size)
+        if headroom < needed:
+            raise row_refusal(self.geometry.verify_window, page_size, headroom, needed)
 
     @property
     def narrowed(self) -> bool:
@@ -271,36 +286,6 @@ def _steps_advice(request: LaunchRequest, layout: Layout) -> tuple[str, ...]:
     )
 
 
-ROW_SAFE_WINDOW = 8
-"""The widest verify window whose decode reserve fits sglang's ``req_to_token`` row at page size 1."""
-
-
-def _context_edge_advice(request: LaunchRequest, window: int) -> tuple[str, ...]:
-    """A WARNING where sglang's decode can run past a request's ``req_to_token`` row at the context edge.
-
-    Each decode round reserves up to ``committed + 2 * W`` slots; at page size 1 a row holds
-    ``context_len + 4 + W`` (``page_size > 1`` sizes it for the reserve); a request still decoding has
-    at most ``context_len - 4`` committed (sglang caps ``max_new_tokens`` at ``context_len - 2 - input``).
-    So the last round of a request that decodes to its context limit runs past its row when ``W > 8``
-    (docs/sglang.md, "Known issue in sglang"; ``scripts/context_edge.py`` reproduces it)."""
-    try:
-        page = int(request.page_size) if request.page_size is not None else 1
-    except (TypeError, ValueError):
-        return ()  # sglang's own argument check names a malformed --page-size
-    if window <= ROW_SAFE_WINDOW or page > 1:
-        return ()
-    return (
-        f"{ALGORITHM}: the verify window is {window} at page size 1. In sglang (0.5.17 to 0.5.23) a request "
-        "that decodes up to its context limit runs its last round past its row of req_to_token: the round "
-        f"reserves up to context_len + {2 * window - 4} KV slots, the row holds context_len + {4 + window}. "
-        "On the CPU harness the scheduler then stops (a KV pool leak, or the write refused); on a GPU the "
-        "Triton kernel does not bound the write by the row, so it may land in the next request's row. "
-        "sglang's builtin has the same condition. Launch with --page-size 2 or more (sglang then sizes the "
-        "row for the reserve), or keep each request's max_new_tokens below what its context allows "
-        "(docs/sglang.md, known issue at the context edge).",
-    )
-
-
 def make_plan(request: LaunchRequest, support: SglangSupport) -> ServePlan:
     """The plan for ``request`` on ``support``, after every refusal that is the plugin's own."""
     draft = _resolve(request, support)
@@ -346,7 +331,6 @@ def make_plan(request: LaunchRequest, support: SglangSupport) -> ServePlan:
         *draft.advice,
         *(() if peer_advice is None else (peer_advice,)),
         *_steps_advice(request, layout),
-        *_context_edge_advice(request, geometry.verify_window),
     )
     return ServePlan(
         request,

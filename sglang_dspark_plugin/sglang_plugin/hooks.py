@@ -1,8 +1,10 @@
 """The plugin's hooks on sglang functions, registered by ``register()`` without importing the heavy
 modules they sit in (through sglang's ``HookRegistry`` when the module is loaded, else when it is first
-imported): the round, AFTER ``SchedulerBatchResultProcessor._resolve_spec_v2_tokens``, and the dspark
-arm's Markov answer, AFTER ``parse_dspark_draft_config``. A target that moved is not hooked; the
-workers' contract (``TARGET_CONTRACT``) names it when a ``DSPARK_HARVEST`` server starts.
+imported): the round, AFTER ``SchedulerBatchResultProcessor._resolve_spec_v2_tokens``, the dspark
+arm's Markov answer, AFTER ``parse_dspark_draft_config``, and the ``req_to_token`` row headroom, AFTER
+``get_req_to_token_extra_context_len`` (the KV-cache configurator calls it) (``serving.context_edge``).
+A target that moved is not hooked; the workers' contract (``TARGET_CONTRACT``) names it when a
+``DSPARK_HARVEST`` server starts.
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ from typing import Any
 from ..serving.route import config_value
 from ..util.contract_check import Entry, parse_entries
 from ..util.import_hooks import when_imported
-from .resolution import plan_of, published_server_args
+from ..util.logsafe import safe_logger
+from .resolution import optional_arg, plan_of, published_server_args
+
+logger = safe_logger(__name__)
 
 _PARSE_MODULE = "sglang.srt.speculative.dspark_components.dspark_config"
 PARSE_HOOK_TARGET = f"{_PARSE_MODULE}.parse_dspark_draft_config"  # every Markov-rank refusal reads it
@@ -38,9 +43,13 @@ HOOK_CONTRACT: list[Entry] = parse_entries(
 """What registering the hooks relies on (``sglang.srt.plugins`` has imported it): checked by
 ``register()``."""
 
+_ROW_MODULE = "sglang.srt.mem_cache.allocation_sizing"  # where it is defined: sglang propagates the patch
+ROW_HOOK_TARGET = f"{_ROW_MODULE}.get_req_to_token_extra_context_len"  # the req_to_token pool's row width
+
 TARGET_CONTRACT: list[Entry] = [
     (_RESULT_MODULE, _RESULT_QUALNAME, ("result", "batch")),
     (_PARSE_MODULE, "parse_dspark_draft_config", ("draft_hf_config",)),
+    (_ROW_MODULE, "get_req_to_token_extra_context_len", ()),
 ]
 """The hooks' targets, in heavy modules: part of the workers' contract (``workers.WORKER_CONTRACT``)."""
 
@@ -52,6 +61,7 @@ def register_hooks() -> None:
     for module_name, qualname, hook in (
         (_RESULT_MODULE, _RESULT_QUALNAME, round_after_result),
         (_PARSE_MODULE, "parse_dspark_draft_config", served_markov_after_parse),
+        (_ROW_MODULE, "get_req_to_token_extra_context_len", row_headroom_after),
     ):
         if module_name in sys.modules:
             _register_loaded(module_name, qualname, hook)  # load_plugins() applies it
@@ -124,3 +134,17 @@ def served_markov_after_parse(result: Any, *args: Any, **kwargs: Any) -> Any:
     from . import draft_model
 
     return draft_model.with_markov_head(result, head)
+
+
+def row_headroom_after(extra: Any, *args: Any, **kwargs: Any) -> Any:
+    """AFTER hook on ``get_req_to_token_extra_context_len`` (0.5.23: no argument; 0.5.17: the server
+    args): a ``DSPARK_HARVEST`` launch's rows hold every decode round's reserve (``ServePlan.row_headroom``),
+    so no request at its context limit writes past its row; ``None`` elsewhere (sglang's result stands)."""
+    server_args = args[0] if args else kwargs.get("server_args", published_server_args())
+    plan = plan_of(server_args)
+    if plan is None or not isinstance(extra, int):
+        return None
+    page_size = int(optional_arg(server_args, "page_size") or 1)
+    headroom, statement = plan.row_headroom(page_size, extra)
+    logger.info("DSPARK_HARVEST: %s", statement)
+    return headroom

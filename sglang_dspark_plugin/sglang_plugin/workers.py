@@ -108,6 +108,15 @@ class _HarvestWorkerMixin:
         )
         return plan
 
+    def _dspark_check_rows(self, plan: ServePlan) -> None:
+        """Refuse to serve where the ``req_to_token`` rows do not hold a decode round's reserve (the row
+        hook did not take effect): a request at its context limit would write into another's row."""
+        runner = getattr(self, "model_runner", None)
+        rows = getattr(getattr(runner, "req_to_token_pool", None), "req_to_token", None)
+        context = getattr(getattr(runner, "model_config", None), "context_len", None)
+        if rows is not None and isinstance(context, int):
+            plan.require_row_headroom(int(rows.shape[1]) - context, int(getattr(self, "page_size", 1) or 1))
+
     def _dspark_attach(self, plan: ServePlan, *, tp_rank: int = 0, enable_metrics: bool = False) -> None:
         """Keep ``plan`` and its round work on this rank (``WorkerRounds.attach``)."""
         self.dspark_plan = plan
@@ -145,8 +154,10 @@ class HarvestDFlashWorker(_HarvestWorkerMixin, DFlashWorkerV2):
 
     @signature_of(DFlashWorkerV2.__init__)
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        with draft_route(self._dspark_harvest_init(bound_argument(self, "server_args", args, kwargs)).route):
+        plan = self._dspark_harvest_init(bound_argument(self, "server_args", args, kwargs))
+        with draft_route(plan.route):
             super().__init__(*args, **kwargs)
+        self._dspark_check_rows(plan)
 
 
 class HarvestDSparkWorker(_HarvestWorkerMixin, DSparkWorkerV2):
@@ -156,8 +167,10 @@ class HarvestDSparkWorker(_HarvestWorkerMixin, DSparkWorkerV2):
 
     @signature_of(DSparkWorkerV2.__init__)
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        with draft_route(self._dspark_harvest_init(bound_argument(self, "server_args", args, kwargs)).route):
+        plan = self._dspark_harvest_init(bound_argument(self, "server_args", args, kwargs))
+        with draft_route(plan.route):
             super().__init__(*args, **kwargs)
+        self._dspark_check_rows(plan)
 
 
 class HarvestMaskFillDSparkWorker(HarvestDSparkWorker):

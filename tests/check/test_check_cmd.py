@@ -115,7 +115,6 @@ def test_check_takes_each_drafter_census_once(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from sglang_dspark_plugin import census as census_module
-
     from sglang_dspark_plugin.check.conclusions import releases_to_plan
 
     calls: list[str] = []

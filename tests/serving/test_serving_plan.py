@@ -286,30 +286,51 @@ def test_a_release_whose_dflash_reads_the_anchor_first_keys_never_shifts_twice(f
     assert plain.builtin == DFLASH
 
 
+@pytest.mark.parametrize("window", [8, 9, 12, 13, 16, 17])
+@pytest.mark.parametrize("page_size", [1, 2, 4])
+def test_the_row_holds_every_decode_reserve(window: int, page_size: int) -> None:
+    """sglang reserves committed + 2W slots a round (page-aligned); a decoding request has at most
+    context_len - 4 committed; sglang's own row is context_len + 4 + W at page size 1. The plugin's
+    headroom holds the last round's reserve at every W and page size, and is never narrower than sglang's."""
+    from sglang_dspark_plugin.serving.context_edge import overruns_row, reserve_headroom
+
+    sglang_extra = 4 + window  # page size 1; at page size > 1 sglang already applies the reserve rule
+    headroom = reserve_headroom(window, page_size)
+    assert headroom >= sglang_extra and not overruns_row(window, page_size, headroom)
+    last_reserve = -4 + 2 * window + page_size - 1  # beyond context_len, page-aligned upwards
+    assert last_reserve <= headroom
+    # sglang's own page-size-1 row: past it exactly where W > 8, the condition docs/sglang.md states
+    assert overruns_row(window, 1, sglang_extra) == (window > 8)
+
+
 @pytest.mark.parametrize(
-    "drafter, flags, warned",
+    "drafter, flags, widened",
     [
         ("drafter-dspark", {}, True),  # shifted, block 8: W = 9 at sglang's default page size
-        ("drafter-dspark", {"page_size": "1"}, True),
-        ("drafter-dspark", {"page_size": 2}, False),  # sglang sizes the row for the 2x reserve
-        ("drafter-dspark", {"speculative_dspark_block_size": 7}, False),  # narrowed: W = 8
-        ("drafter-dflash", {}, False),  # mask-fill, block 8: W = 8, the row holds the reserve exactly
+        ("drafter-dspark", {"speculative_dspark_block_size": 7}, True),  # narrowed: W = 8, still 2W > 4 + W
+        ("drafter-dflash", {}, True),  # mask-fill, block 8: W = 8
     ],
 )
-def test_a_verify_window_past_eight_at_page_size_one_is_warned_of(
-    drafter: str, flags: dict, warned: bool
+def test_the_plan_widens_the_row_and_steps_aside_where_sglang_sizes_it(
+    drafter: str, flags: dict, widened: bool
 ) -> None:
-    """sglang's decode reserves committed + 2W slots; at page size 1 a row holds context_len + 4 + W and a
-    decoding request has at most context_len - 4 committed: past the row when W > 8 (docs/sglang.md)."""
     from sglang_dspark_plugin.embedded import EMBEDDED
 
-    request = {"page_size": flags.get("page_size")}
+    request = {}
     if "speculative_dspark_block_size" in flags:
         request["dspark_block_size"] = flags["speculative_dspark_block_size"]
     plan = _plan(EMBEDDED.root / drafter, "0.5.23", **request)
-    edge = [a for a in plan.advice if "req_to_token" in a]
-    assert bool(edge) == warned
-    if warned:
-        w = plan.geometry.verify_window
-        assert w == 9 and f"context_len + {2 * w - 4}" in edge[0] and f"context_len + {4 + w}" in edge[0]
-        assert "--page-size 2" in edge[0]
+    w = plan.geometry.verify_window
+    headroom, said = plan.row_headroom(1, 4 + w)
+    assert headroom == 2 * w and "widened" in said and "33579" in said
+    # a release that sizes the row for the reserve itself (PR 33581): the plugin adds nothing
+    assert plan.row_headroom(1, 2 * w + 3) == (2 * w + 3, plan.row_headroom(1, 2 * w + 3)[1])
+    assert "adds nothing" in plan.row_headroom(1, 2 * w + 3)[1]
+    # page size 2: sglang's own rule already (2W + 1); the plugin agrees with it
+    assert plan.row_headroom(2, 2 * w + 1)[0] == 2 * w + 1
+    assert not any("req_to_token" in a for a in plan.advice)  # prevented, so no WARNING is left
+    # rows narrower than the reserve (the hook did not take effect): the worker's check refuses
+    plan.require_row_headroom(2 * w, 1)
+    with pytest.raises(ServeRefusal, match="--page-size 2") as refused:
+        plan.require_row_headroom(4 + w, 1)
+    assert refused.value.kind == "unsupported" and "another request's row" in refused.value.message

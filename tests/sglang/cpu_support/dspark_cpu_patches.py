@@ -84,24 +84,55 @@ def _op_segments(start: Any, end: Any) -> list[tuple[int, int, int]]:
     return out
 
 
+ROW_OVERRUNS_ENV = "DSPARK_ROW_OVERRUNS"
+"""Where a write or read past a request's ``req_to_token`` row is recorded instead of raised (a file, one
+line each): the builtins' overruns at the context edge, counted as the contrast. Unset: every overrun
+raises ``RowOverrunError`` and stops the scheduler, in every served test."""
+
+
+class RowOverrunError(RuntimeError):
+    """A kernel stand-in addressed slots past a request's row of ``req_to_token``: on a GPU, sglang's
+    Triton kernel bounds the access by ``kv_end`` only, so it would touch the NEXT request's row."""
+
+
+def _row_bounds(op, row, s, e, width):
+    """Refuse (or, under ``DSPARK_ROW_OVERRUNS``, record) an access to slots ``s:e`` of a row of ``width``."""
+    import os
+
+    if e <= width:
+        return e
+    what = f"{op}: row {row}, slots {s}..{e} past its {width} (by {e - width})"
+    log = os.environ.get(ROW_OVERRUNS_ENV)
+    if not log:
+        raise RowOverrunError(f"{what}: on a GPU this lands in another request's row (sglang issue 33579)")
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(what + "\n")
+    return width  # the stand-in then does what the CPU tensor allows: the slots within the row
+
+
 def _op_assign_req_to_token_pool(rpi, req_to_token, start, end, out_cache_loc, pool_len):
     # triton assign_req_to_token_pool: req_to_token[rpi[i], start:end] = out_cache_loc[packed]
+    width = req_to_token.shape[1]
     for i, (off, s, e) in enumerate(_op_segments(start, end)):
+        e = _row_bounds("assign_req_to_token_pool", int(rpi[i]), s, e, width)
         req_to_token[int(rpi[i]), s:e] = out_cache_loc[off : off + e - s].to(req_to_token.dtype)
 
 
 def _op_assign_extend_cache_locs(rpi, req_to_token, start, end, out_cache_loc, pool_len):
     # triton assign_extend_cache_locs: out_cache_loc[packed] = req_to_token[rpi[i], start:end]
+    width = req_to_token.shape[1]
     for i, (off, s, e) in enumerate(_op_segments(start, end)):
+        e = _row_bounds("assign_extend_cache_locs", int(rpi[i]), s, e, width)
         out_cache_loc[off : off + e - s] = req_to_token[int(rpi[i]), s:e].to(out_cache_loc.dtype)
 
 
 def _op_assign_draft_cache_locs_contiguous(rpi, req_to_token, seq_lens, out_cache_loc, pool_len, topk, steps):
     # triton assign_draft_cache_locs_contiguous: topk*steps slots from seq_lens[i] on, per request
-    n = int(topk) * int(steps)
+    n, width = int(topk) * int(steps), req_to_token.shape[1]
     for i, s in enumerate(seq_lens.tolist()):
-        row = req_to_token[int(rpi[i]), int(s) : int(s) + n]
-        out_cache_loc[i * n : (i + 1) * n] = row.to(out_cache_loc.dtype)
+        e = _row_bounds("assign_draft_cache_locs_contiguous", int(rpi[i]), int(s), int(s) + n, width)
+        row = req_to_token[int(rpi[i]), int(s) : e]
+        out_cache_loc[i * n : i * n + e - int(s)] = row.to(out_cache_loc.dtype)
 
 
 def _op_fill_bonus_tokens(accept_tokens, accept_lens, bonus_tokens, accept_stride):
