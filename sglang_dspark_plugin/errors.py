@@ -100,6 +100,13 @@ class MemoryLimitError(DsparkHarvestError, MemoryError):
     kind = "memory"
 
 
+class OutputError(DsparkHarvestError):
+    """A file or folder a command writes could not be written (a full disk, no permission, a name too
+    long): nothing half-written is left behind."""
+
+    kind = "write"
+
+
 class SettingsError(DsparkHarvestError, ValueError):
     """A ``MEMRA_DSPARK_*`` telemetry setting (log level, summary cadence, alarm) has a bad value."""
 
@@ -131,6 +138,7 @@ __all__ = [
     "MissingBlockSizeError",
     "UsageError",
     "MemoryLimitError",
+    "OutputError",
     "SettingsError",
     "ProbeMismatchError",
     "ArgumentTypeError",

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..checkpoint.files import MAX_CONFIG_BYTES, describe, is_dir, read_json, regular_file, stat_path
+from ..checkpoint.files import MAX_CONFIG_BYTES, describe, read_json
 from ..errors import UsageError, printable
 from ..harvest import ENV_VAR, DsparkHarvest
+from ..util.figure import check_figure_path, require_matplotlib
 
 if TYPE_CHECKING:
     import torch
@@ -73,28 +74,16 @@ def threads_for(requested: int | None, embedded: bool) -> int | None:
     return threads
 
 
-def check_plot_path(path: str) -> None:
-    """Refuse, before anything is measured, a ``--plot`` file that could not be written."""
-    try:
-        import matplotlib  # noqa: F401
-        from matplotlib.backend_bases import FigureCanvasBase
-    except ImportError as exc:
-        raise UsageError(
-            "--plot needs matplotlib; install it with `pip install sglang-dspark-plugin[plot]`.",
-            where="--plot",
-        ) from exc
+def check_plot_path(path: str, replace: bool = False) -> None:
+    """Refuse, before anything is measured, a ``--plot`` file that could not or must not be written
+    (``util.figure``: a link, a folder, an existing file that is not such an image)."""
+    require_matplotlib()
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    check_figure_path(path, replace=True)  # a link, a folder, another kind of file
     shown = printable(path, 200)
     formats = sorted(FigureCanvasBase.get_supported_filetypes())
-    target = Path(path).expanduser()
-    found = stat_path(target, "--plot")
-    if found is not None and is_dir(target, "--plot"):
-        raise UsageError(
-            f"--plot {shown} is a directory; give a file name in it, such as {shown.rstrip('/')}/check.png.",
-            where="--plot",
-        )
-    if found is not None:
-        regular_file(target, "--plot", "give a new file name or a regular file to overwrite.")
-    extension = target.suffix[1:].lower()
+    extension = Path(path).suffix[1:].lower()
     if extension not in formats:
         raise UsageError(
             f"--plot {shown}: {'no' if not extension else 'unknown'} file extension"
@@ -102,11 +91,7 @@ def check_plot_path(path: str) -> None:
             f"{', '.join('.' + f for f in formats)} (e.g. check.png).",
             where="--plot",
         )
-    if not is_dir(target.parent, "--plot folder"):
-        raise UsageError(
-            f"--plot {shown}: the folder {printable(target.parent, 200)} does not exist; create it first.",
-            where="--plot",
-        )
+    check_figure_path(path, replace=replace)
 
 
 def check_prompt(text: str) -> None:
@@ -203,7 +188,7 @@ def check_arguments(args: argparse.Namespace) -> Checked:
     device = torch_device(args.device)
     threads = threads_for(args.threads, embedded=args.target is None)
     if args.plot:
-        check_plot_path(args.plot)
+        check_plot_path(args.plot, args.replace_plot)
     drafts = [Path(d) for d in check_drafts(args.draft)] if args.draft else []
     return Checked(device, threads, harvest_env(), drafts)
 

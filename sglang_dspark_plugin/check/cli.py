@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ..cli.commands import EXIT_OK, EXIT_REFUSED, add_command, emit, refuse
 from ..errors import DsparkHarvestError
+from ..util.figure import REPLACE_FLAG
 from .arguments import (
     DEFAULT_MAX_NEW_TOKENS,
     DEVICE_HELP,
@@ -116,6 +117,11 @@ def _add_outputs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--schema", action="store_true", help="print the JSON Schema of --json and exit")
     parser.add_argument("--plot", metavar="FILE.png", help="draw per-position acceptance with matplotlib")
+    parser.add_argument(
+        REPLACE_FLAG,
+        action="store_true",
+        help="let --plot replace an existing file that is not such an image",
+    )
 
 
 def _add_progress(parser: argparse.ArgumentParser) -> None:
@@ -219,7 +225,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     try:
         report = check(args)
         if args.plot:
-            plot(report, args.plot)
+            plot(report, args.plot, args.replace_plot)
     except DsparkHarvestError as exc:
         return refuse(exc, "check", args.json, out)
     emit(out, args.json, report.to_json, lambda: format_report(report))

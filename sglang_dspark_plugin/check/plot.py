@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from ..checkpoint.files import describe
-from ..errors import UsageError, printable
+from ..util.figure import save_figure
 from .arguments import check_plot_path
 from .report import CheckReport
 
 
-def plot(report: CheckReport, path: str) -> None:
+def plot(report: CheckReport, path: str, replace: bool = False) -> None:
     """Per-position acceptance of every run, matched solid and mismatched dashed."""
-    check_plot_path(path)
+    check_plot_path(path, replace)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -36,11 +33,7 @@ def plot(report: CheckReport, path: str) -> None:
     ax.legend(fontsize=7)
     fig.tight_layout()
     try:
-        fig.savefig(Path(path).expanduser(), dpi=120)
-    except (OSError, ValueError) as exc:
-        raise UsageError(
-            f"--plot {printable(path, 200)}: cannot write it ({describe(exc)}).", where="--plot"
-        ) from exc
+        save_figure(fig, path, dpi=120, replace=replace)
     finally:
         plt.close(fig)
 

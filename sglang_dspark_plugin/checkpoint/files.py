@@ -34,6 +34,9 @@ MAX_INDEX_BYTES = 64 * 2**20
 """A shard index: about 80 bytes per tensor, so 64 MiB is some 800k tensors."""
 MAX_SAFETENSORS_HEADER_BYTES = 100_000_000
 """The safetensors library's own limit on a header."""
+MAX_JSON_DEPTH = 64
+"""The deepest nesting of arrays and objects any JSON the package reads may have (a checkpoint config
+nests a few levels; a few hundred make ``copy.deepcopy`` and other recursive readers overflow)."""
 _UTF8_BOM = b"\xef\xbb\xbf"
 _UTF16_32_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
 
@@ -197,13 +200,34 @@ def parse_json(data: bytes, where: str, fix: str) -> Any:
         )
     try:
         text = data.decode("utf-8")
-        return json.loads(text, object_pairs_hook=_pairs_hook(where))
+        value = json.loads(text, object_pairs_hook=_pairs_hook(where))
     except CensusConflictError:
         raise
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise InvalidCheckpointError(
             f"{where} is not valid UTF-8 JSON ({describe(exc)}); {fix}", where=where
         ) from exc
+    depth = json_depth(value)
+    if depth > MAX_JSON_DEPTH:
+        raise InvalidCheckpointError(
+            f"{where} nests arrays and objects {depth} levels deep, more than the {MAX_JSON_DEPTH} any "
+            f"config needs (MAX_JSON_DEPTH); {fix}",
+            where=where,
+        )
+    return value
+
+
+def json_depth(value: Any) -> int:
+    """How deep ``value``'s arrays and objects nest (0 for a scalar), counted without recursion."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        todo.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def read_json(
@@ -388,6 +412,8 @@ __all__ = [
     "open_regular",
     "read_bounded",
     "parse_json",
+    "json_depth",
+    "MAX_JSON_DEPTH",
     "read_json",
     "read_safetensors_header",
     "read_index",

@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from ..errors import DsparkHarvestError
+from ..errors import DsparkHarvestError, printable
 from .commands import EXIT_OK, add_command, emit, refuse, table_lines
 
 EPILOG = """examples:
@@ -61,8 +61,9 @@ def text(report: dict[str, Any]) -> str:
     written = ", ".join(f"{key}={str(value).lower()}" for key, value in report["written"].items())
     plural = "" if report["files"] == 1 else "s"
     lines = [
-        f"declared: {report['out']}",
-        f"from:     {report['source']} ({report['files']} other file{plural}, {report['files_are']})",
+        f"declared: {printable(report['out'])}",
+        f"from:     {printable(report['source'])} "
+        f"({report['files']} other file{plural}, {report['files_are']})",
         f"harvest:  {report['harvest']} ({report['layout']})",
         f"wrote:    {written or 'nothing new (the source already declared it all)'}",
         "",

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from ..errors import DsparkHarvestError, UsageError
+from ..util.figure import REPLACE_FLAG
 from .commands import add_command, emit, refuse
 
 EPILOG = """examples:
@@ -39,15 +40,20 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("logs", nargs="+", metavar="LOG", help="a server log file, or - for stdin")
     parser.add_argument("--plot", metavar="FILE.png", help="also draw the report (needs matplotlib)")
+    parser.add_argument(
+        REPLACE_FLAG, action="store_true", help="let --plot replace an existing file that is not a PNG"
+    )
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
     """Read, print, plot; the exit code is the verdict's."""
     from ..logreport import read_logs
-    from ..logreport.render import plot, text
+    from ..logreport.render import check_plot, plot, text
 
     try:
+        if args.plot:
+            check_plot(args.plot, args.logs, args.replace_plot)
         report = read_logs(args.logs)
         if report.plugin_lines == 0:
             raise UsageError(
@@ -57,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
             )
         found = report.to_json()
         if args.plot:
-            plot(found, args.plot)
+            plot(found, args.plot, args.replace_plot)
     except DsparkHarvestError as exc:
         return refuse(exc, "report", args.json, sys.stdout if args.json else sys.stderr)
     emit(sys.stdout, args.json, lambda: found, lambda: text(found))

@@ -1,23 +1,26 @@
 """``dspark-harvest report``: a server's log, read back into what the plugin saw and what it means.
 
-``read_logs`` streams each file line by line (``-`` is stdin; a ``.gz`` file is read through gzip; rotated
+``read_logs`` streams each file in chunks (``-`` is stdin; a ``.gz`` file is read through gzip; rotated
 files are given oldest first), keeps only the lines the grammar of ``lines`` trusts as the plugin's own,
 and hands each to its attention-DP group (``groups.Group``), which replays the rounds through the
-telemetry's own counter and alarm. Memory is bounded by the number of groups, not the log's length.
+telemetry's own counter and alarm. Memory is bounded by bytes: a few chunks, lines cut at
+``MAX_LINE_BYTES``, and per group a bounded state, whatever the input. A line that does not parse, or
+whose values cannot be used, is counted (``malformed``), never fatal.
 """
 
 from __future__ import annotations
 
 import gzip
 import sys
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from ..errors import UsageError
+from ..errors import SettingsError, UsageError, printable
 from .groups import Group
 from .judge import group_json, group_verdict
-from .lines import ROUND, classify
+from .lines import MAX_LINE_BYTES, ROUND, classify
 
 EXIT_HEALTHY, EXIT_UNREADABLE, EXIT_MISALIGNED, EXIT_COLLAPSE = 0, 2, 3, 5
 VERDICT_CODES = {"healthy": EXIT_HEALTHY, "misaligned": EXIT_MISALIGNED, "collapse": EXIT_COLLAPSE}
@@ -33,7 +36,8 @@ class LogReport:
     lines: int = 0
     plugin_lines: int = 0
     quoted: int = 0  # marker text after a quote: a request's text, ignored
-    malformed: int = 0  # a marker after a trusted prefix, in no line's exact form
+    malformed: int = 0  # a marker after a trusted prefix, in no line's exact form, or unusable values
+    overlong: int = 0  # lines longer than MAX_LINE_BYTES, skipped
     groups: dict[int | None, Group] = field(default_factory=dict)
 
     def group(self, dp: int | None) -> Group:
@@ -63,68 +67,154 @@ class LogReport:
             "plugin_lines": self.plugin_lines,
             "ignored_quoted": self.quoted,
             "malformed": self.malformed,
+            "overlong": self.overlong,
             "groups": [group_json(g) for g in ordered],
             "verdict": kind,
             "exit_code": code,
         }
 
 
+CHUNK_BYTES = 1 << 20
+"""What the reader takes from a file at a time: memory stays within a few of these, whatever the input."""
+_MARK = b"dspark "
+
+
+@dataclass
+class _Counts:
+    lines: int = 0
+    overlong: int = 0
+
+
 def _open(path: str) -> IO[bytes]:
     if path == "-":
-        return sys.stdin.buffer
+        stdin = sys.stdin
+        buffer = getattr(stdin, "buffer", None) if stdin is not None else None
+        if buffer is None or getattr(stdin, "closed", True):
+            raise UsageError(
+                "report -: standard input is closed; pipe the log in, or name the file.", where="-"
+            )
+        return buffer
     try:
         raw = open(path, "rb")  # closed by the caller
     except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}.", where=path) from exc
+        raise UsageError(f"cannot read {printable(path, 200)}: {exc.strerror or exc}.", where=path) from exc
     if path.endswith(".gz"):
-        return gzip.open(raw)  # type: ignore[return-value]  # a binary gzip file
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]  # the caller closes raw too
     return raw
 
 
-def _lines(paths: Iterable[str]) -> Iterator[tuple[str, int, bytes | None]]:
-    """``(file, number, line)`` for every line holding ``dspark ``; ``None`` for the others (counted)."""
+def _chunks(stream: IO[bytes]) -> Iterator[bytes]:
+    while True:
+        try:
+            chunk = stream.read(CHUNK_BYTES)
+        except ValueError as exc:  # a stream closed under the reader
+            raise OSError(str(exc)) from exc
+        if not chunk:
+            return
+        yield chunk
+
+
+def _marked(stream: IO[bytes], counts: _Counts) -> Iterator[tuple[int, bytes]]:
+    """``(number, line)`` for every line holding ``dspark `` (without its newline), read in chunks of
+    ``CHUNK_BYTES``; every line is counted, and one longer than ``MAX_LINE_BYTES`` is skipped and counted
+    as overlong. Only the lines with the marker are cut out of a chunk: a log's other lines cost a
+    search and a count of newlines, not a Python step each."""
+    carry, skipping = b"", False
+    for chunk in _chunks(stream):
+        if skipping:  # the rest of an over-long line
+            end = chunk.find(b"\n")
+            if end < 0:
+                continue
+            counts.lines += 1
+            chunk, skipping = chunk[end + 1 :], False
+        data = carry + chunk if carry else chunk
+        last = data.rfind(b"\n")
+        if last < 0:
+            carry = data
+        else:
+            carry = data[last + 1 :]
+            yield from _cut(data, last + 1, counts)
+        if len(carry) > MAX_LINE_BYTES:
+            carry, skipping = b"", True
+            counts.overlong += 1
+    if skipping:
+        counts.lines += 1
+    elif carry:
+        counts.lines += 1
+        if _MARK in carry:
+            yield counts.lines, carry
+
+
+def _cut(data: bytes, end: int, counts: _Counts) -> Iterator[tuple[int, bytes]]:
+    """The marked lines of ``data[:end]`` (whole lines), numbered on from ``counts.lines``."""
+    done = 0  # where the lines not yet counted start
+    found = data.find(_MARK, 0, end)
+    while found >= 0:
+        start = data.rfind(b"\n", 0, found) + 1
+        stop = data.find(b"\n", found, end)
+        counts.lines += data.count(b"\n", done, start) + 1
+        if stop - start <= MAX_LINE_BYTES:
+            yield counts.lines, data[start:stop]
+        else:
+            counts.overlong += 1
+        done = stop + 1
+        found = data.find(_MARK, done, end)
+    counts.lines += data.count(b"\n", done, end)
+
+
+def _lines(paths: Iterable[str], counts: _Counts) -> Iterator[tuple[str, int, bytes]]:
+    """``(file, number, line)`` for every line holding ``dspark `` (all lines counted in ``counts``)."""
     for path in paths:
         stream = _open(path)
         try:
-            for number, raw in enumerate(stream, 1):
-                yield (path, number, raw if b"dspark " in raw else None)
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:  # a truncated .gz: what was read stands
-            yield (path, 0, None)
-            print(f"dspark-harvest report: {path}: stopped reading: {exc}", file=sys.stderr)
+            for number, raw in _marked(stream, counts):
+                yield (path, number, raw)
+        except (OSError, EOFError, zlib.error) as exc:  # a truncated or corrupt .gz: what was read stands
+            why = printable(str(exc) or type(exc).__name__, 200)
+            print(f"dspark-harvest report: {printable(path, 200)}: stopped reading: {why}", file=sys.stderr)
         finally:
-            if stream is not sys.stdin.buffer:
+            if path != "-":
                 stream.close()
+                inner = getattr(stream, "fileobj", None)
+                if inner is not None:
+                    inner.close()
 
 
 def read_logs(paths: list[str]) -> LogReport:
     """Stream ``paths`` (in order) into a ``LogReport``."""
     report = LogReport(list(paths))
+    counts = _Counts()
     groups: dict[str | None, Group] = {}  # by the line's own dp text: the fast path's lookup
-    for path, number, raw in _lines(paths):
-        report.lines += 1
-        if raw is None:
-            continue
-        text = raw.decode("utf-8", "replace").rstrip("\r\n")
-        fast = ROUND.match(text)  # the per-round line, most of a log: no Line built
-        if fast is not None:
-            prefix, index, listed, bs, mean, harvest, source, dp = fast.group(*_ROUND_FIELDS)
-            if "dspark " not in prefix:
-                report.plugin_lines += 1
-                group = groups.get(dp)
-                if group is None:
-                    group = groups[dp] = report.group(None if dp is None else int(dp))
-                group.round(int(index), listed, int(bs), float(mean), harvest, source)
-                continue
-        why, line = classify(text, path, number)
-        if line is None:
-            report.quoted += why == "quoted"
-            report.malformed += why == "malformed"
-            continue
-        report.plugin_lines += 1
-        report.group(line.dp).feed(line)
+    for path, number, raw in _lines(paths, counts):
+        text = raw.decode("utf-8", "replace").rstrip()
+        try:
+            _read_line(report, groups, text, path, number)
+        except (ValueError, OverflowError, SettingsError):  # values the grammar lets through, unusable
+            report.malformed += 1
+    report.lines, report.overlong = counts.lines, counts.overlong
     for group in report.groups.values():
         group.close()
     return report
+
+
+def _read_line(report: LogReport, groups: dict[str | None, Group], text: str, path: str, number: int) -> None:
+    fast = ROUND.match(text)  # the per-round line, most of a log: no Line built
+    if fast is not None:
+        prefix, index, listed, bs, mean, harvest, source, dp = fast.group(*_ROUND_FIELDS)
+        if "dspark " not in prefix:
+            group = groups.get(dp)
+            if group is None:
+                group = groups[dp] = report.group(None if dp is None else int(dp))
+            group.round(int(index), listed, int(bs), float(mean), harvest, source)
+            report.plugin_lines += 1
+            return
+    why, line = classify(text, path, number)
+    if line is None:
+        report.quoted += why == "quoted"
+        report.malformed += why == "malformed"
+        return
+    report.group(line.dp).feed(line)
+    report.plugin_lines += 1
 
 
 __all__ = ["read_logs", "LogReport", "EXIT_HEALTHY", "EXIT_UNREADABLE", "EXIT_MISALIGNED", "EXIT_COLLAPSE"]

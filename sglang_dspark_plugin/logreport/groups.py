@@ -22,8 +22,15 @@ from ..telemetry.counts import AcceptCounts
 from ..telemetry.settings import TelemetrySettings
 from .lines import Line
 
-MAX_HELD_LINES = 100_000
-"""Per-round lines held while a group's gamma is unknown (a log that starts after the startup line)."""
+MAX_HELD_LINES = 2_000
+"""Per-round lines held while a group's gamma is unknown (a log that starts after the startup line), and
+summary means kept for the over-time view (past it, every other one is dropped)."""
+KEPT = 100
+"""Logged alarms, replayed alarm rounds, probe and context-alarm lines kept per group (the latest; every
+one is counted)."""
+MAX_HELD_LENGTHS = 20_000
+"""Accept lengths held while gamma is unknown, whatever the lines' sizes: about 1 MB per group at most;
+then gamma is inferred from the longest held, as at the end of a log."""
 TIME_BINS = 40
 INFERRED = "inferred: the longest accept length seen, minus one (a lower bound)"
 
@@ -82,13 +89,17 @@ class Group:
     fresh: bool = False
     restarts: int = 0
     rejected: int = 0
-    replayed_alarms: list[int] = field(default_factory=list)  # ordinal of the round each fired at
+    replayed_alarms: list[int] = field(default_factory=list)  # the last KEPT: the round each fired at
+    replayed_total: int = 0
     alarms_this_run: int = 0  # replayed since the last restart
-    logged_alarms: list[dict[str, Any]] = field(default_factory=list)
+    logged_alarms: list[dict[str, Any]] = field(default_factory=list)  # the last KEPT
+    logged_total: int = 0
     context_alarms: list[dict[str, Any]] = field(default_factory=list)
-    probes: list[dict[str, Any]] = field(default_factory=list)
+    probes: list[dict[str, Any]] = field(default_factory=list)  # the last KEPT
+    last_confirmed: dict[str, Any] | None = None  # the last probe line its own numbers confirm
     summary: dict[str, Any] | None = None
-    host_cost: list[float] = field(default_factory=list)
+    host_cost: float | None = None  # the largest plugin fraction logged
+    pending_lengths: int = 0
     geometry_errors: int = 0
 
     # ------------------------------------------------------------------ feeding lines
@@ -102,14 +113,15 @@ class Group:
 
     def _startup(self, line: Line) -> None:
         f = line.fields
-        self._tag(f)
-        self.settings = TelemetrySettings()  # the server's alarm was off: the report judges by the default
-        if "threshold" in f:
-            self.settings = TelemetrySettings(
+        settings = TelemetrySettings()  # the server's alarm was off: the report judges by the default
+        if "threshold" in f:  # SettingsError for values no server writes: the line is malformed
+            settings = TelemetrySettings(
                 alarm_threshold=float(f["threshold"]),
                 alarm_window=max(1, int(f["window"])),
                 alarm_warmup=int(f["warmup"]),
             )
+        self._tag(f)
+        self.settings = settings
         if self.counts is not None:  # a new process: the alarm starts over; the counts go on
             self._restart()
         self._set_gamma(int(f["gamma"]), "startup line")
@@ -130,8 +142,10 @@ class Group:
             "held_requests": int(f["held"]) if "held" in f else None,
             "swept_requests": int(f["swept"]) if "swept" in f else None,
         }
-        if self.summary["last"] is not None and len(self.summaries) < MAX_HELD_LINES:
+        if self.summary["last"] is not None:
             self.summaries.append((self.summary["rounds"], self.summary["last"]))
+            if len(self.summaries) > MAX_HELD_LINES:  # every other one: the whole span, at half the detail
+                del self.summaries[::2]
         self._set_gamma(int(f["gamma"]), "summary line")
 
     def _round(self, line: Line) -> None:
@@ -151,7 +165,8 @@ class Group:
         self.last_round = index
         if self.counts is None:
             self.pending.append((index, lengths))
-            if len(self.pending) >= MAX_HELD_LINES:
+            self.pending_lengths += len(lengths)
+            if len(self.pending) >= MAX_HELD_LINES or self.pending_lengths >= MAX_HELD_LENGTHS:
                 self._set_gamma(max(max(ls) for _, ls in self.pending) - 1, INFERRED)
             return
         self._count(lengths)
@@ -166,12 +181,16 @@ class Group:
         self.timeline.add(counts.rounds, len(lengths), sum(lengths))
         if self.alarm.observe(counts, counts.rounds) is not None:
             self.replayed_alarms.append(counts.rounds)
+            self.replayed_total += 1
+            del self.replayed_alarms[:-KEPT]
             self.alarms_this_run += 1
 
     def _alarm(self, line: Line) -> None:
         f = line.fields
         rest = f["rest"]
         cut = max(rest.find(k) for k in ("Likely cause", "Measured cause", "Measured (", "Cause not"))
+        self.logged_total += 1
+        del self.logged_alarms[: 1 - KEPT]
         self.logged_alarms.append(
             {
                 "file": line.file,
@@ -188,6 +207,9 @@ class Group:
         entry: dict[str, Any] = {"file": line.file, "line": line.number, "message": f["message"]}
         entry["kind"], entry["confirmed"] = self._confirm(f)
         self.probes.append(entry)
+        del self.probes[:-KEPT]
+        if entry["confirmed"]:
+            self.last_confirmed = entry
 
     def _confirm(self, f: dict[str, str]) -> tuple[str | None, bool]:
         """The kind ``decide`` reaches from the line's own numbers, and whether it writes the same
@@ -202,10 +224,11 @@ class Group:
 
     def _context_alarm(self, line: Line) -> None:
         self.context_alarms.append({"file": line.file, "line": line.number, "message": line.fields["rest"]})
-        del self.context_alarms[:-100]
+        del self.context_alarms[:-KEPT]
 
     def _host_cost(self, line: Line) -> None:
-        self.host_cost.append(float(line.fields["fraction"]))
+        fraction = float(line.fields["fraction"])
+        self.host_cost = fraction if self.host_cost is None else max(self.host_cost, fraction)
 
     def _geometry(self, line: Line) -> None:
         self.geometry_errors += 1

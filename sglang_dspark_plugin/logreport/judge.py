@@ -16,8 +16,7 @@ DEFAULT_THRESHOLD = 1.6
 
 def probe_verdict(g: Group) -> dict[str, Any] | None:
     """The last probe verdict the line's own numbers confirm, or ``None``."""
-    confirmed = [p for p in g.probes if p["confirmed"]]
-    return confirmed[-1] if confirmed else None
+    return g.last_confirmed
 
 
 def collapsed(g: Group) -> str | None:
@@ -110,15 +109,16 @@ def group_json(g: Group) -> dict[str, Any]:
         "rejected_lines": g.rejected,
         "geometry_errors": g.geometry_errors,
         "alarm_threshold": None if g.alarm is None else g.alarm.threshold,
-        "alarms_replayed": len(g.replayed_alarms),
-        "alarm_rounds": g.replayed_alarms[-100:],
-        "alarms_logged": g.logged_alarms[-100:],
+        "alarms_replayed": g.replayed_total,
+        "alarm_rounds": g.replayed_alarms,
+        "alarms_logged": g.logged_alarms,
+        "alarms_logged_total": g.logged_total,
         "context_alarms": g.context_alarms,
         "by_context": [
             {"bucket": n, "mean_accept_length": m} for n, m in (g.summary or {}).get("by_context") or []
         ],
         "probe": g.probes[-20:],
-        "host_cost_fraction": max(g.host_cost) if g.host_cost else None,
+        "host_cost_fraction": g.host_cost,
         "held_requests_last": (g.summary or {}).get("held_requests"),
         "swept_requests": (g.summary or {}).get("swept_requests"),
         "verdict": kind,

@@ -15,15 +15,18 @@ import re
 from dataclasses import dataclass
 
 MAX_PREFIX = 200
+MAX_LINE_BYTES = 1 << 20
+"""The longest line the report reads (the plugin's longest, a per-round line at a batch of tens of
+thousands of requests, is well under it); a longer one is counted as ``overlong`` and skipped."""
 MARKERS = ("dspark accept ", "dspark probe: ", "dspark host cost ")
 _PREFIX = rf"(?P<prefix>[^'\"]{{0,{MAX_PREFIX}}}?)"
-_DP = r"(?: dp=(?P<dp>\d{1,6}))?\s*$"
+_DP = r"(?: dp=(?P<dp>\d{1,6}))?$"  # the reader strips trailing blanks: no pattern scans a run of them
 _TAG = r"harvest=(?P<harvest>dflash|dspark)\((?P<source>env|census|default)\)"
 _NUM = r"(?:n/a|\d{1,9}\.\d\d)"
 
 ROUND = re.compile(
     _PREFIX + r"dspark accept round=(?P<round>\d{1,15}) bs=(?P<bs>\d{1,7}) "
-    r"accept_len=\[(?P<lengths>[0-9,]{0,8000000})\] mean=(?P<mean>\d{1,9}\.\d\d) " + _TAG + _DP
+    r"accept_len=\[(?P<lengths>[0-9,]{0,1048576})\] mean=(?P<mean>\d{1,9}\.\d\d) " + _TAG + _DP
 )
 SUMMARY = re.compile(
     _PREFIX + r"dspark accept summary rounds=(?P<rounds>\d{1,15}) request_rounds=(?P<reqs>\d{1,18}) "
@@ -37,7 +40,8 @@ SUMMARY = re.compile(
 )
 STARTUP = re.compile(
     _PREFIX + r"dspark accept telemetry: " + _TAG + r" gamma=(?P<gamma>\d{1,4}) "
-    r"per_round_level=\S{1,20} summary_every=\d{1,10} alarm=(?:off|mean<(?P<threshold>\d{1,4}\.\d\d) "
+    r"per_round_level=(?:Level \d{1,2}|\S{1,20}) summary_every=\d{1,10} "
+    r"alarm=(?:off|mean<(?P<threshold>\d{1,4}\.\d\d) "
     r"over (?P<window>\d{1,6}) rounds after (?P<warmup>\d{1,10})) metrics=(?:on|off)" + _DP
 )
 ALARM = re.compile(
@@ -93,6 +97,7 @@ def classify(text: str, file: str, number: int) -> tuple[str, Line | None]:
     """``("line", Line)`` for a trusted line of the plugin's; else ``(why, None)``: ``"quoted"`` (its
     text follows a quote or a long prefix: a request's text, not the plugin's line), or
     ``"malformed"`` (a marker after a trusted prefix, in no line's exact form), or ``"other"``."""
+    text = text.rstrip()
     start = min((i for i in (text.find(m) for m in MARKERS) if i >= 0), default=-1)
     if start < 0:
         return "other", None
@@ -108,4 +113,4 @@ def classify(text: str, file: str, number: int) -> tuple[str, Line | None]:
     return "malformed", None
 
 
-__all__ = ["MAX_PREFIX", "MARKERS", "PATTERNS", "ROUND", "Line", "classify"]
+__all__ = ["MAX_LINE_BYTES", "MAX_PREFIX", "MARKERS", "PATTERNS", "ROUND", "Line", "classify"]

@@ -3,12 +3,18 @@ per-position acceptance, one line per group."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError, printable
+from ..util.figure import check_figure_path, require_matplotlib, save_figure
+from .lines import MAX_LINE_BYTES
 
 TEXT_BINS = 10
+SHOWN = 600
+"""The most characters of a log's own text (an alarm's cause, a probe message) one report line repeats,
+escaped: a log line cannot move the terminal's cursor or forge a line of the report."""
+PLOTTED_GROUPS = 16
+"""Groups drawn by ``--plot`` (the worst first, then by DP rank); the text and JSON list every group."""
 
 
 def text(report: dict[str, Any]) -> str:
@@ -18,7 +24,9 @@ def text(report: dict[str, Any]) -> str:
     lines = [
         f"read: {files} file{plural}, {report['lines']} lines, {report['plugin_lines']} of "
         f"the plugin's ({report['ignored_quoted']} ignored as quoted request text, {report['malformed']} "
-        "malformed)"
+        "malformed"
+        + (f", {report['overlong']} over {MAX_LINE_BYTES} bytes, skipped" if report.get("overlong") else "")
+        + ")"
     ]
     for group in report["groups"]:
         lines += ["", *_group(group)]
@@ -41,18 +49,18 @@ def _group(g: dict[str, Any]) -> list[str]:
         + (", ".join(f"{b['bucket']}: {b['mean_accept_length']:.2f}" for b in g["by_context"]) or "n/a"),
         f"  restarts {g['restarts']}, rejected lines {g['rejected_lines']}, geometry errors "
         f"{g['geometry_errors']}",
-        f"  alarms: {len(g['alarms_logged'])} logged, {g['alarms_replayed']} by the alarm rule replayed",
+        f"  alarms: {g['alarms_logged_total']} logged, {g['alarms_replayed']} by the alarm rule replayed",
     ]
     out += [
-        f"    line {a['line']}: {a['window_mean']:.2f} < {a['threshold']:.2f}: {a['cause']}"
+        f"    line {a['line']}: {a['window_mean']:.2f} < {a['threshold']:.2f}: {printable(a['cause'], SHOWN)}"
         for a in g["alarms_logged"][-5:]
     ]
     if g["context_alarms"]:
         out.append(f"  context-length alarms: {len(g['context_alarms'])} logged")
-        out += [f"    line {a['line']}: {a['message']}" for a in g["context_alarms"][-3:]]
+        out += [f"    line {a['line']}: {printable(a['message'], SHOWN)}" for a in g["context_alarms"][-3:]]
     for p in g["probe"][-3:]:
         state = "confirmed" if p["confirmed"] else "NOT confirmed by its own numbers"
-        out.append(f"  probe (line {p['line']}, {state}): {p['message']}")
+        out.append(f"  probe (line {p['line']}, {state}): {printable(p['message'], SHOWN)}")
     if g["swept_requests"] is not None:
         out.append(
             f"  live state (last summary): {g['held_requests_last']} requests held by the probe, "
@@ -62,6 +70,13 @@ def _group(g: dict[str, Any]) -> list[str]:
         out.append(f"  host cost: at most {100 * g['host_cost_fraction']:.3f}% of a round")
     out.append(f"  verdict: {g['verdict']}: {g['why']}")
     return out
+
+
+def _plotted(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """At most ``PLOTTED_GROUPS`` groups: the misaligned, then the collapsed, then the rest, by rank."""
+    order = {"misaligned": 0, "collapse": 1}
+    ranked = sorted(groups, key=lambda g: (order.get(g["verdict"], 2), -1 if g["dp"] is None else g["dp"]))
+    return sorted(ranked[:PLOTTED_GROUPS], key=lambda g: -1 if g["dp"] is None else g["dp"])
 
 
 def _over_time(bins: list[dict[str, Any]]) -> str:
@@ -78,17 +93,24 @@ def _over_time(bins: list[dict[str, Any]]) -> str:
     return ", ".join(parts)
 
 
-def plot(report: dict[str, Any], path: str) -> None:
-    """Accept length over time (alarms marked), per-position acceptance: one colour per group."""
+def check_plot(path: str, inputs: list[str], replace: bool) -> None:
+    """Refuse, before any log is read, a ``--plot`` that could not or must not be written."""
     if not path.lower().endswith(".png"):
         raise UsageError(f"--plot {printable(path, 120)}: name a .png file.", where="--plot")
+    require_matplotlib()
+    check_figure_path(path, inputs=inputs, replace=replace)
+
+
+def plot(report: dict[str, Any], path: str, replace: bool = False) -> None:
+    """Accept length over time (alarms marked), per-position acceptance: one colour per group."""
+    check_plot(path, report["files"], replace)
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (time_ax, pos_ax) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for i, g in enumerate(report["groups"]):
+    for i, g in enumerate(_plotted(report["groups"])):
         color, label = f"C{i}", "all" if g["dp"] is None else f"dp={g['dp']}"
         xs = [b["round"] for b in g["over_time"]]
         time_ax.plot(xs, [b["mean_accept_length"] for b in g["over_time"]], "-", color=color, label=label)
@@ -100,7 +122,11 @@ def plot(report: dict[str, Any], path: str) -> None:
         pos_ax.plot(range(1, len(rates) + 1), rates, "-o", color=color, label=f"{label}: {g['verdict']}")
     time_ax.set_xlabel("round")
     time_ax.set_ylabel("mean accept length")
-    time_ax.set_title("accept length over time (dashed: alarms; dotted: threshold)")
+    hidden = len(report["groups"]) - PLOTTED_GROUPS
+    time_ax.set_title(
+        "accept length over time (dashed: alarms; dotted: threshold)"
+        + (f"\n{hidden} more groups not drawn (the worst are)" if hidden > 0 else "")
+    )
     from matplotlib.ticker import MaxNLocator
 
     pos_ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -113,11 +139,9 @@ def plot(report: dict[str, Any], path: str) -> None:
         ax.legend(fontsize=7)
     fig.tight_layout()
     try:
-        fig.savefig(Path(path).expanduser(), dpi=110)
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"--plot {printable(path, 120)}: cannot write it: {exc}.", where="--plot") from exc
+        save_figure(fig, path, dpi=110, inputs=report["files"], replace=replace)
     finally:
         plt.close(fig)
 
 
-__all__ = ["text", "plot"]
+__all__ = ["text", "plot", "check_plot"]

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint.files import MAX_CONFIG_BYTES, read_bounded
+from ..checkpoint.files import MAX_CONFIG_BYTES, MAX_JSON_DEPTH, json_depth, read_bounded
 from ..errors import InvalidCheckpointError, printable
 from ..settings import PEER_MANIFEST
 from .refusals import ALGORITHM, ServeRefusal
@@ -29,6 +29,8 @@ COMPARED = (
     "draft_content",
 )
 """The manifest fields both sides of a disaggregated deployment must agree on."""
+SHOWN = 120
+"""The most characters of one value a refusal repeats (a manifest field can be megabytes long)."""
 
 
 def _read(path: str) -> dict[str, Any]:
@@ -41,6 +43,8 @@ def _read(path: str) -> dict[str, Any]:
         )
     try:
         manifest = json.loads(data.decode("utf-8"))
+        if json_depth(manifest) > MAX_JSON_DEPTH:
+            raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep")
     except (UnicodeDecodeError, ValueError, RecursionError) as err:
         raise InvalidCheckpointError(
             f"{PEER_MANIFEST.name}={printable(path, limit=200)}: not a geometry manifest "
@@ -69,7 +73,10 @@ def check_peer(mode: str | None, peer_path: str | None, manifest: dict[str, Any]
     peer = _read(peer_path)
     differing = {k: (peer.get(k), manifest.get(k)) for k in COMPARED if peer.get(k) != manifest.get(k)}
     if differing:
-        listed = "; ".join(f"{k}: prefill {a!r}, decode {b!r}" for k, (a, b) in differing.items())
+        listed = "; ".join(
+            f"{k}: prefill {printable(repr(a), SHOWN)}, decode {printable(repr(b), SHOWN)}"
+            for k, (a, b) in differing.items()
+        )
         raise ServeRefusal(
             f"{ALGORITHM}: this decode server's plan differs from its prefill server's "
             f"({printable(peer_path, limit=200)}): {listed}. Give both sides the same draft (the same "
