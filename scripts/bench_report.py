@@ -5,6 +5,12 @@ the time for 1 GB with the spread over the repeats. Peak memory is printed too (
 
     python scripts/bench_report.py                # 256 MB, 3 repeats
     python scripts/bench_report.py --mb 1024 --repeats 2
+    python scripts/bench_report.py --hostile          # the hostile inputs, each in a fresh process
+
+``--hostile`` holds the floor docs/report.md states on inputs written to hurt: blank lines, one line
+with no newline, a small .gz holding one long line, runs of blanks after a marker, and ``--plot`` with
+4,096 DP groups (the documented maximum). Each case runs in its own process, so its peak memory
+(``ru_maxrss``) is its own; each prints its time (repeated), its throughput and its peak.
 """
 
 from __future__ import annotations
@@ -66,13 +72,100 @@ def write_log(path: Path, megabytes: int, gamma: int = 7) -> int:
     return rounds
 
 
+def _hostile_input(case: str, folder: Path, mb: int) -> list[str]:
+    """Write the input of ``case`` (about ``mb`` MB unpacked); the report's arguments."""
+    size = mb * 1024 * 1024
+    path = folder / "hostile.log"
+    if case == "blank-lines":
+        path.write_bytes(b"\n" * size)
+    elif case == "one-line":
+        with open(path, "wb") as out:
+            for _ in range(mb):
+                out.write(b"dspark accept " * (1024 * 1024 // 14))
+    elif case == "gz-one-line":
+        import gzip
+
+        path = folder / "hostile.log.gz"
+        with gzip.open(path, "wb", compresslevel=1) as out:
+            for _ in range(mb):
+                out.write(b"x" * 1024 * 1024)
+            out.write(b" dspark accept \n")
+    elif case == "marker-blanks":
+        line = b"[t] dspark accept ALARM (context): " + b" " * 100_000 + b"x\n"
+        path.write_bytes(line * max(1, size // len(line)))
+    elif case == "plot-4096-groups":
+        with open(path, "w", encoding="utf-8") as out:
+            for dp in range(4096):
+                for n in range(1, 4):
+                    out.write(
+                        f"{PREFIX}dspark accept round={n} bs=2 accept_len=[2,3] mean=2.50 "
+                        f"harvest=dspark(census) dp={dp}\n"
+                    )
+    return [str(path)]
+
+
+HOSTILE = ("blank-lines", "one-line", "gz-one-line", "marker-blanks", "plot-4096-groups")
+
+
+def run_case(case: str, mb: int, repeats: int) -> None:
+    """One hostile case, in this process: time (repeated), throughput and this process's peak."""
+    from sglang_dspark_plugin.cli import main as cli
+
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch)
+        paths = _hostile_input(case, folder, mb)
+        size = sum(os.path.getsize(p) for p in paths) / 1e6
+        if case == "gz-one-line":
+            size = mb * 1024 * 1024 / 1e6  # what the reader unpacks
+        times = []
+        for i in range(repeats):
+            start = time.perf_counter()
+            if case.startswith("plot"):
+                plot = str(folder / f"r{i}.png")
+                with open(os.devnull, "w") as quiet:
+                    stdout, sys.stdout = sys.stdout, quiet
+                    try:
+                        cli(["report", *paths, "--plot", plot])
+                    finally:
+                        sys.stdout = stdout
+            else:
+                read_logs(paths)
+            times.append(time.perf_counter() - start)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    mean = statistics.mean(times)
+    spread = statistics.stdev(times) if len(times) > 1 else 0.0
+    rate = "" if case.startswith("plot") else f", {size / mean:.1f} MB/s"
+    print(
+        f"{case:18s} {size:8.1f} MB  {mean:6.2f} s +- {spread:.2f} ({min(times):.2f}..{max(times):.2f}, "
+        f"{len(times)} repeats){rate}, peak {rss:.0f} MB (the whole process)"
+    )
+
+
+def hostile(mb: int, repeats: int) -> int:
+    """Every hostile case, each in a fresh process."""
+    import subprocess
+
+    for case in HOSTILE:
+        command = [sys.executable, __file__, "--case", case, "--mb", str(mb), "--repeats", str(repeats)]
+        subprocess.run(command, check=True)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--mb", type=int, default=256)
+    parser.add_argument("--mb", type=int, default=None, help="log size (default 256; --hostile: 64)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--hostile", action="store_true", help="the hostile inputs instead")
+    parser.add_argument("--case", choices=HOSTILE, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.case:
+        run_case(args.case, args.mb or 64, args.repeats)
+        return 0
+    if args.hostile:
+        return hostile(args.mb or 64, args.repeats)
+    args.mb = args.mb or 256
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "server.log"
         rounds = write_log(path, args.mb)

@@ -177,11 +177,11 @@ class AcceptTelemetry:
         """The periodic summary line: cumulative, and since the previous summary (``summary_text``)."""
         return summary_text(self)
 
-    def sync_state(self) -> None:
-        """Push the live state to the metrics now (a request just finished: the gauges follow it)."""
-        state = self.live_state()
-        if self.metrics is not None and state is not None:
-            self.metrics.sync_state(state)
+    def flush_metrics(self) -> None:
+        """Push everything to the metrics now: the counters' increments since the last push and the live
+        state (the batch drained: an idle server's series equal what its lines say)."""
+        if self.metrics is not None:
+            self.metrics.sync(self.counts, self.alarm.fired, self._probe_counts(), self.live_state())
 
     def _check_context(self) -> None:
         probe = self.alarm.probe

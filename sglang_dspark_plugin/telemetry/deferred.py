@@ -14,7 +14,8 @@ the calls they saw round by round, later. Three things are deferred by up to tha
   the queue decides.
 
 The last running request's end runs the queue (every request the last round counted has finished
-since), so a server that goes idle has logged every round and holds nothing. A request's end alone
+since) and pushes the Prometheus counters and gauges, so a server that goes idle has logged every round,
+exported every count and holds nothing. A request's end alone
 does not: at a large batch some request finishes nearly every round, and running the queue at each
 would run it, cold, nearly every round.
 """
@@ -116,6 +117,7 @@ class DeferredRounds:
         self._finished += 1
         if self._finished >= self._live:
             self.run()
+            self.telemetry.flush_metrics()  # an idle server's counters catch up, its gauges reach 0
 
     @property
     def queued(self) -> int:
@@ -127,7 +129,6 @@ class DeferredRounds:
         ops, self._ops, self._rounds = self._ops, [], 0
         telemetry, probe = self.telemetry, self.probe
         telemetry.queued_steps = len(ops)  # the live state the summary and the metrics report
-        kind = None
         try:
             for kind, arg in ops:
                 if kind == _VERIFY:
@@ -143,8 +144,6 @@ class DeferredRounds:
         finally:
             self._alarm_low = telemetry.alarm.low()
             self._sampled_queued = False
-            if kind == _FINISH and telemetry.metrics is not None:  # an idle server's gauges reach 0
-                telemetry.sync_state()
 
 
 __all__ = ["DeferredRounds", "RoundSnapshot"]

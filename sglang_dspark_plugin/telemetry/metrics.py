@@ -3,6 +3,7 @@ with ``--enable-metrics``; ``prometheus_client`` is sglang's dependency and is i
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -125,6 +126,44 @@ def _metric_families(prometheus_client: Any, registry: Any, names: tuple[str, ..
     return families
 
 
+OWN_LABELS = ("context", "position", "offset", "harvest", "source")
+"""The label names the plugin's own series carry: a constant label of one of these names would be
+replaced by the plugin's value, merging two servers' series."""
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def _checked_labels(labels: Mapping[str, str] | None) -> dict[str, str]:
+    """The constant labels, or a ``SettingsError`` naming the one that cannot be one."""
+    if labels is None:
+        return {}
+    if not isinstance(labels, Mapping):
+        raise SettingsError(
+            f"labels must be a mapping of label names to values, not {type(labels).__name__}.",
+            where="PrometheusMetrics(labels=...)",
+        )
+    for name, value in labels.items():
+        shown = short(name, 60)
+        if not isinstance(name, str) or not _LABEL_NAME.fullmatch(name) or name.startswith("__"):
+            raise SettingsError(
+                f"constant label name {shown} is not a Prometheus label name (a string of letters, digits "
+                "and underscores, not starting with a digit or '__').",
+                where="PrometheusMetrics(labels=...)",
+            )
+        if name in OWN_LABELS:
+            raise SettingsError(
+                f"constant label {shown} is a label of the plugin's own series ({', '.join(OWN_LABELS)}): "
+                "its value would be replaced, merging two servers' series; name it otherwise "
+                f"(e.g. server_{name}).",
+                where="PrometheusMetrics(labels=...)",
+            )
+        if not isinstance(value, str):
+            raise SettingsError(
+                f"constant label {shown} has the value {short(value, 60)}, not a string.",
+                where="PrometheusMetrics(labels=...)",
+            )
+    return dict(labels)
+
+
 class PrometheusMetrics:
     """Prometheus counters for the accept telemetry (only when sglang runs with ``--enable-metrics``).
 
@@ -162,7 +201,7 @@ class PrometheusMetrics:
         self.sync_interval_s = float(sync_interval_s)
         self._clock = clock if clock is not None else time.monotonic
         self._synced_at = self._clock()
-        const = dict(labels or {})
+        const = _checked_labels(labels)
         names = list(const)
         families = _metric_families(prometheus_client, registry, tuple(names))
         lv = [const[n] for n in names]

@@ -239,3 +239,41 @@ def test_escapes_from_the_log_never_reach_the_terminal(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x07" not in out
     assert "\\x1b[2J" in out and "\\x1b]0;title" in out
+
+
+def test_the_hostile_benchmark_runs_every_case(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "bench_report.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--hostile", "--mb", "1", "--repeats", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    lines = done.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == [
+        "blank-lines",
+        "one-line",
+        "gz-one-line",
+        "marker-blanks",
+        "plot-4096-groups",
+    ]
+    assert all("peak" in line and "MB" in line for line in lines)
+
+
+@pytest.mark.parametrize("command", ["report", "check"])
+def test_plot_without_matplotlib_is_refused_cleanly_by_one_helper(
+    log, tmp_path, capsys, monkeypatch, command
+):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    args = [str(log)] if command == "report" else ["--no-progress"]
+    assert main([command, *args, "--json", "--plot", str(tmp_path / "p.png")]) == 2
+    error = _error(capsys)
+    assert error["kind"] == "usage" and "pip install sglang-dspark-plugin[plot]" in error["message"]
+    assert not (tmp_path / "p.png").exists()

@@ -216,6 +216,16 @@ def test_a_decode_server_must_serve_its_prefill_servers_plan(folders, tmp_path: 
         _plan(other, "0.5.23", disaggregation_mode="decode", peer_manifest=str(peer))
     with pytest.raises(DsparkHarvestError, match="no such file"):
         _plan(draft, "0.5.23", disaggregation_mode="decode", peer_manifest=str(tmp_path / "none.json"))
+    # a huge field is named, not repeated whole (issue 36: 15 MiB made a 15.7M-character message)
+    huge = tmp_path / "huge.manifest.json"
+    huge.write_text(json.dumps({**prefill.manifest, "draft_content": "x" * 10_000_000}, default=str))
+    with pytest.raises(ServeRefusal, match="draft_content") as info:
+        _plan(draft, "0.5.23", disaggregation_mode="decode", peer_manifest=str(huge))
+    assert len(info.value.message) < 2_000
+    deep = tmp_path / "deep.manifest.json"
+    deep.write_text('{"harvest": ' + "[" * 500 + "]" * 500 + "}")
+    with pytest.raises(DsparkHarvestError, match="not a geometry manifest"):
+        _plan(draft, "0.5.23", disaggregation_mode="decode", peer_manifest=str(deep))
 
 
 @pytest.mark.parametrize(

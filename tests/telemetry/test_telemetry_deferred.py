@@ -164,3 +164,31 @@ def test_only_the_end_of_the_last_running_request_runs_the_queue() -> None:
     assert telemetry.counts.rounds == 2 and rounds.queued == 0
     state = telemetry.live_state()
     assert state is not None and (state.held_requests, state.held_rounds, state.queued_steps) == (0, 0, 5)
+
+
+@pytest.mark.parametrize("with_probe", [False, True], ids=["no probe", "probe"])
+def test_an_idle_servers_counters_equal_its_lines(with_probe: bool) -> None:
+    """The batch drains (its last request ends): the queue runs and the Prometheus counters catch up with
+    the lines, whether or not a probe is on (a served run had 587 request-rounds exported against 607
+    logged on an idle server)."""
+    from prometheus_client import CollectorRegistry
+
+    from sglang_dspark_plugin.telemetry import PrometheusMetrics
+
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(GAMMA, registry=registry, sync_every=10**6, sync_interval_s=1e9)
+    probe = LiveProbe(DsparkHarvest.DFLASH, ProbeSettings()) if with_probe else None
+    telemetry = AcceptTelemetry(GAMMA, DsparkHarvest.DFLASH, "census", (), settings=NO_ALARM, metrics=metrics)
+    rounds = DeferredRounds(telemetry, probe, every=64, clock=Clock())
+    for n in range(21):
+        rounds.round([n % 3, 1, 0], None, None)
+    for rid in range(3):
+        rounds.finish(rid)
+
+    def value(name: str) -> float:
+        return registry.get_sample_value(name) or 0.0
+
+    assert telemetry.counts.rounds == 21 and telemetry.counts.request_rounds == 63
+    assert value("dspark_harvest_rounds_total") == 21
+    assert value("dspark_harvest_request_rounds_total") == 63
+    assert value("dspark_harvest_accepted_drafts_total") == telemetry.counts.accepted_drafts

@@ -208,3 +208,21 @@ def test_the_held_gauge_follows_a_finished_request_on_an_idle_server():
     assert registry.get_sample_value("dspark_harvest_probe_requests_held") == 1.0
     rounds.finish("a")  # the request's end, and no round after it: the gauge still reaches 0
     assert registry.get_sample_value("dspark_harvest_probe_requests_held") == 0.0
+
+
+@pytest.mark.parametrize(
+    ("labels", "says"),
+    [
+        ({"context": "a"}, "a label of the plugin's own series"),
+        ({"harvest": "a"}, "a label of the plugin's own series"),
+        ({"source": "a"}, "a label of the plugin's own series"),
+        ({7: "a"}, "not a Prometheus label name"),
+        ({"9lives": "a"}, "not a Prometheus label name"),
+        ({"__name": "a"}, "not a Prometheus label name"),
+        ({"server": 3}, "not a string"),
+    ],
+)
+def test_a_constant_label_that_cannot_be_one_is_refused_naming_the_setting(labels, says):
+    with pytest.raises(SettingsError, match=says) as refused:
+        PrometheusMetrics(4, registry=CollectorRegistry(), labels=labels)
+    assert refused.value.where == "PrometheusMetrics(labels=...)"
