@@ -100,7 +100,7 @@ class MemoryLimitError(DsparkHarvestError, MemoryError):
     kind = "memory"
 
 
-class OutputError(DsparkHarvestError):
+class WriteError(DsparkHarvestError):
     """A file or folder a command writes could not be written (a full disk, no permission, a name too
     long): nothing half-written is left behind."""
 
@@ -138,7 +138,7 @@ __all__ = [
     "MissingBlockSizeError",
     "UsageError",
     "MemoryLimitError",
-    "OutputError",
+    "WriteError",
     "SettingsError",
     "ProbeMismatchError",
     "ArgumentTypeError",

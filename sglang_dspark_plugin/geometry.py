@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import GeometryError, HarvestEnvError, MissingBlockSizeError
 from .harvest import DsparkHarvest
+from .limits import MAX_BLOCK_SIZE, MAX_GAMMA
 from .util.reprs import short
 from .version import __version__
 
@@ -22,12 +23,6 @@ if TYPE_CHECKING:
 
 MANIFEST_SCHEMA = "sglang-dspark-plugin/geometry-manifest/v1"
 
-MAX_BLOCK_SIZE = 1024
-"""The widest block accepted. Published drafters use 4..16 rows; every row is a query of one drafter
-forward and a token of the verify window, so a width of thousands is a corrupt config, not a drafter
-(and the geometry's row tuples would grow with it)."""
-MAX_GAMMA = MAX_BLOCK_SIZE
-"""The most drafts per round: the dspark harvest of the widest block (b drafts from b rows)."""
 BLOCK_SIZE_FLAGS = {
     DsparkHarvest.DFLASH: "--speculative-dflash-block-size",
     DsparkHarvest.DSPARK: "--speculative-dspark-block-size",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import InvalidCheckpointError
-from ..geometry import MAX_BLOCK_SIZE
+from ..limits import MAX_BLOCK_SIZE
 from .draft_config import TIER_EXPLICIT, TIER_INFO, TIER_STRUCTURAL, VOTE_DFLASH, VOTE_DSPARK, Signal
 from .reading import TableShapes
 from .view import ConfigView

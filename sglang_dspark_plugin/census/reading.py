@@ -11,10 +11,9 @@ from ..checkpoint.files import (
     MAX_CONFIG_BYTES,
     list_dir,
     printable,
-    read_index,
     read_json,
-    read_safetensors_header,
 )
+from ..checkpoint.shards import read_index, read_safetensors_header
 from ..errors import InvalidCheckpointError
 from .locate import CONFIG
 

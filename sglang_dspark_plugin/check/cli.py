@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..cli.commands import EXIT_OK, EXIT_REFUSED, add_command, emit, refuse
+from ..commands import EXIT_OK, EXIT_REFUSED, add_command, emit, refuse
 from ..errors import DsparkHarvestError
 from ..util.figure import REPLACE_FLAG
 from .arguments import (

@@ -12,12 +12,10 @@ from ..checkpoint.files import (
     describe,
     is_dir,
     list_dir,
-    read_index,
     read_json,
-    read_safetensors_header,
     regular_file,
-    shard_files,
 )
+from ..checkpoint.shards import read_index, read_safetensors_header, shard_files
 from ..errors import DsparkHarvestError, InvalidCheckpointError, MemoryLimitError, printable
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..cli.commands import table_lines
+from ..commands import table_lines
 from ..errors import printable
 from ..harvest import ENV_VAR
 from .goals import targets

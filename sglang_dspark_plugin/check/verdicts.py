@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal, get_args
 
-from ..cli.commands import EXIT_OK, EXIT_REFUSED
+from ..commands import EXIT_OK, EXIT_REFUSED
 
 Verdict = Literal["serve-as-is", "not-exact", "refused", "contradicts", "inconclusive"]
 SERVE_AS_IS, NOT_EXACT, REFUSED, CONTRADICTS, INCONCLUSIVE = get_args(Verdict)

@@ -18,7 +18,8 @@ from typing import Any
 
 from ..errors import InvalidCheckpointError
 from .bounds import check_tensor_count
-from .files import TensorInfo, list_dir, printable, read_safetensors_header
+from .files import list_dir, printable
+from .shards import TensorInfo, read_safetensors_header
 
 FINGERPRINT_IGNORED_KEYS = ("_name_or_path",)
 """Config keys that name where a copy was saved rather than what it holds."""

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..commands import EXIT_OK, add_command, emit, refuse
 from ..errors import UsageError, printable
-from .commands import EXIT_OK, add_command, emit, refuse
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 

@@ -7,8 +7,8 @@ import argparse
 import sys
 from typing import Any
 
+from ..commands import EXIT_OK, add_command, emit, refuse, table_lines
 from ..errors import DsparkHarvestError, printable
-from .commands import EXIT_OK, add_command, emit, refuse, table_lines
 
 EPILOG = """examples:
   dspark-harvest declare path/to/draft --out path/to/draft-declared

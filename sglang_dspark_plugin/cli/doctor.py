@@ -22,12 +22,12 @@ from collections.abc import Iterator
 from importlib import metadata
 from typing import Any
 
+from ..commands import EXIT_OK, add_command, emit
 from ..errors import printable
 from ..serving import ALGORITHM
 from ..serving.releases import TESTED as SUPPORTED_SGLANG
 from ..serving.releases import installed_sglang as sglang_version
 from ..serving.topology import ARMS, topology_line
-from .commands import EXIT_OK, add_command, emit
 
 EXIT_PROBLEM = 1
 

@@ -14,8 +14,8 @@ from typing import Any, TextIO
 
 from ..census.draft_config import TIER_EXPLICIT, TIER_INFO, TIER_STRUCTURAL
 from ..checkpoint.files import printable
+from ..commands import EXIT_OK, EXIT_REFUSED, add_command, emit, refuse
 from ..errors import DsparkHarvestError
-from .commands import EXIT_OK, EXIT_REFUSED, add_command, emit, refuse
 
 TIER_NAMES = {TIER_EXPLICIT: "explicit", TIER_STRUCTURAL: "structural", TIER_INFO: "info"}
 

@@ -7,9 +7,9 @@ import argparse
 import sys
 from typing import Any
 
+from ..commands import add_command, emit, refuse
 from ..errors import DsparkHarvestError, UsageError
 from ..util.figure import REPLACE_FLAG
-from .commands import add_command, emit, refuse
 
 EPILOG = """examples:
   dspark-harvest report server.log                    the rounds, the alarms, the probe, a verdict

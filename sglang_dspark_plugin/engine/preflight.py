@@ -15,7 +15,8 @@ import torch
 from torch import nn
 
 from ..checkpoint.bounds import check_tensor_count
-from ..checkpoint.files import describe, read_index, read_safetensors_header, regular_file, shard_files
+from ..checkpoint.files import describe, regular_file
+from ..checkpoint.shards import read_index, read_safetensors_header, shard_files
 from ..errors import InvalidCheckpointError, printable
 
 WEIGHTS_FILE = "model.safetensors"

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ..checkpoint.bounds import check_tensor_count
-from ..checkpoint.files import list_dir, printable, read_index, read_safetensors_header, shard_files
+from ..checkpoint.files import list_dir, printable
+from ..checkpoint.shards import read_index, read_safetensors_header, shard_files
 from ..errors import InvalidCheckpointError
 
 # "model.layers.7.", "transformer.h.7.", "model.language_model.layers.7.": a layer index in a name

@@ -99,6 +99,7 @@ class Group:
     last_confirmed: dict[str, Any] | None = None  # the last probe line its own numbers confirm
     summary: dict[str, Any] | None = None
     host_cost: float | None = None  # the largest plugin fraction logged
+    context_buckets: list[str] | None = None  # the server's buckets, from its startup line
     pending_lengths: int = 0
     geometry_errors: int = 0
 
@@ -122,6 +123,7 @@ class Group:
             )
         self._tag(f)
         self.settings = settings
+        self.context_buckets = f["buckets"].split(",") if "buckets" in f else None
         if self.counts is not None:  # a new process: the alarm starts over; the counts go on
             self._restart()
         self._set_gamma(int(f["gamma"]), "startup line")
@@ -268,12 +270,18 @@ class Group:
             self._set_gamma(max(max(ls) for _, ls in self.pending) - 1, INFERRED)
 
 
-def _by_context(text: str | None) -> list[tuple[str, float]] | None:
-    """``[(bucket, mean)]`` of a summary's ``by_context=[<=512:2.91,...]`` (``None``: not logged)."""
+def _by_context(text: str | None) -> list[tuple[str, float, int | None]] | None:
+    """``[(bucket, mean, request-rounds)]`` of a summary's ``by_context=[<=512:2.91/1200,...]``
+    (request-rounds ``None`` in a log written before they were; ``None``: not logged)."""
     if text is None:
         return None
-    pairs = [part.rsplit(":", 1) for part in text.split(",") if ":" in part]
-    return [(name, float(mean)) for name, mean in pairs if mean.replace(".", "", 1).isdigit()]
+    out = []
+    for part in text.split(","):
+        name, _, value = part.rpartition(":")
+        mean, _, reqs = value.partition("/")
+        if name and mean.replace(".", "", 1).isdigit() and (not reqs or reqs.isdigit()):
+            out.append((name, float(mean), int(reqs) if reqs else None))
+    return out
 
 
 def _number(text: str) -> float | None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..telemetry.context import MIN_REQUEST_ROUNDS as MIN_REQUEST_ROUNDS_SHOWN
+from ..telemetry.context import context_fall
 from .groups import Group
 
 MIN_JUDGED_REQUEST_ROUNDS = 50
@@ -43,18 +45,23 @@ def collapsed(g: Group) -> str | None:
 
 
 def falls_with_context(g: Group) -> str | None:
-    """Why the last summary's acceptance by context length counts as a collapse: a bucket far below a
-    shorter, healthy one (accepted drafts per request-round at most half), else ``None``."""
+    """Why the last summary's acceptance by context length counts as a collapse, by the server's own
+    rule (``telemetry.context.context_fall``, on the request-rounds the summary lists; a log written
+    before it listed them weighs each shown bucket alike), else ``None``."""
     buckets = (g.summary or {}).get("by_context") or []
     threshold = min(g.settings.alarm_threshold or DEFAULT_THRESHOLD, 1.0 + (g.gamma or 1) / 2.0)
-    for i, (short_name, short) in enumerate(buckets):
-        for long_name, long in buckets[i + 1 :]:
-            if short >= threshold and long - 1.0 <= 0.5 * (short - 1.0):
-                return (
-                    f"acceptance falls with context length: {long:.2f} at {long_name} against "
-                    f"{short:.2f} at {short_name}"
-                )
-    return None
+    counted = []
+    for name, mean, reqs in buckets:
+        weight = MIN_REQUEST_ROUNDS_SHOWN if reqs is None else reqs
+        counted.append((name, weight, (mean - 1.0) * weight))
+    found = context_fall(counted, threshold)
+    if found is None:
+        return None
+    bound, long, short = found
+    return (
+        f"acceptance falls with context length: past {bound} tokens the mean accept length is {long:.2f} "
+        f"against {short:.2f} below"
+    )
 
 
 def group_verdict(g: Group) -> tuple[str, str]:
@@ -114,8 +121,10 @@ def group_json(g: Group) -> dict[str, Any]:
         "alarms_logged": g.logged_alarms,
         "alarms_logged_total": g.logged_total,
         "context_alarms": g.context_alarms,
+        "context_buckets": g.context_buckets,
         "by_context": [
-            {"bucket": n, "mean_accept_length": m} for n, m in (g.summary or {}).get("by_context") or []
+            {"bucket": n, "mean_accept_length": m, "request_rounds": r}
+            for n, m, r in (g.summary or {}).get("by_context") or []
         ],
         "probe": g.probes[-20:],
         "host_cost_fraction": g.host_cost,

@@ -32,7 +32,7 @@ SUMMARY = re.compile(
     _PREFIX + r"dspark accept summary rounds=(?P<rounds>\d{1,15}) request_rounds=(?P<reqs>\d{1,18}) "
     rf"mean_accept_len=(?P<mean>{_NUM}) last_(?P<last_n>\d{{1,15}})_rounds=(?P<last>{_NUM}) "
     rf"window_mean=(?P<window>{_NUM}) per_position=\[(?P<rates>[0-9.,]{{0,20000}})\]"
-    r"(?: by_context=\[(?P<by_context>[<=>0-9k:.,]{0,4000})\])? " + _TAG + r" "
+    r"(?: by_context=\[(?P<by_context>[<=>0-9k:.,/]{0,4000})\])? " + _TAG + r" "
     r"gamma=(?P<gamma>\d{1,4}) rounds_per_s=(?:n/a|[\d.]{1,20}) alarms=(?P<alarms>\d{1,12}) "
     r"invalid_rounds=(?P<invalid>\d{1,15})(?: probe=(?P<probe>[a-z-]{1,20}))?"
     r"(?: held_requests=(?P<held>\d{1,12}) held_rounds=\d{1,12} swept_requests=(?P<swept>\d{1,15}) "
@@ -42,7 +42,8 @@ STARTUP = re.compile(
     _PREFIX + r"dspark accept telemetry: " + _TAG + r" gamma=(?P<gamma>\d{1,4}) "
     r"per_round_level=(?:Level \d{1,2}|\S{1,20}) summary_every=\d{1,10} "
     r"alarm=(?:off|mean<(?P<threshold>\d{1,4}\.\d\d) "
-    r"over (?P<window>\d{1,6}) rounds after (?P<warmup>\d{1,10})) metrics=(?:on|off)" + _DP
+    r"over (?P<window>\d{1,6}) rounds after (?P<warmup>\d{1,10})) metrics=(?:on|off)"
+    r"(?: context_buckets=\[(?P<buckets>[<=>0-9k,]{1,400})\])?" + _DP
 )
 ALARM = re.compile(
     _PREFIX + r"dspark accept ALARM: mean accept length (?P<mean>\d{1,9}\.\d\d) over the last "

@@ -111,11 +111,12 @@ class _HarvestWorkerMixin:
     def _dspark_check_rows(self, plan: ServePlan) -> None:
         """Refuse to serve where the ``req_to_token`` rows do not hold a decode round's reserve (the row
         hook did not take effect): a request at its context limit would write into another's row."""
-        runner = getattr(self, "model_runner", None)
+        mine = vars(self)  # what the parent's __init__ set (its __getattr__ delegates to the target worker)
+        runner = mine.get("model_runner")
         rows = getattr(getattr(runner, "req_to_token_pool", None), "req_to_token", None)
         context = getattr(getattr(runner, "model_config", None), "context_len", None)
         if rows is not None and isinstance(context, int):
-            plan.require_row_headroom(int(rows.shape[1]) - context, int(getattr(self, "page_size", 1) or 1))
+            plan.require_row_headroom(int(rows.shape[1]) - context, int(mine.get("page_size") or 1))
 
     def _dspark_attach(self, plan: ServePlan, *, tp_rank: int = 0, enable_metrics: bool = False) -> None:
         """Keep ``plan`` and its round work on this rank (``WorkerRounds.attach``)."""

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..census.draft_config import Signal
 from ..errors import ArgumentTypeError, GeometryError, HarvestEnvError
-from ..geometry import MAX_GAMMA
 from ..harvest import DsparkHarvest
+from ..limits import MAX_GAMMA
 from ..util.logsafe import safe_logger
 from ..util.reprs import short
 from ..util.validation import is_int, require_type
@@ -212,8 +212,11 @@ class AcceptTelemetry:
         self._last_summary = (c.rounds, c.request_rounds, c.accepted_drafts)
 
     def describe(self) -> str:
-        """One startup line: the harvest, gamma and the telemetry settings."""
+        """One startup line: the harvest, gamma and the telemetry settings (the context buckets too,
+        where they are on: what the summaries' ``by_context`` and the context ALARM are read against)."""
         s = self.settings
+        by_context = self.by_context
+        buckets = "" if by_context is None else f" context_buckets=[{','.join(by_context.names)}]"
         alarm = (
             "off"
             if not self.alarm.on
@@ -222,7 +225,7 @@ class AcceptTelemetry:
         return (
             f"dspark accept telemetry: harvest={self.tag} gamma={self.gamma} "
             f"per_round_level={level_name(s.accept_log_level)} summary_every={s.summary_every} "
-            f"alarm={alarm} metrics={'on' if self.metrics is not None else 'off'}{self.dp_tag}"
+            f"alarm={alarm} metrics={'on' if self.metrics is not None else 'off'}{buckets}{self.dp_tag}"
         )
 
 

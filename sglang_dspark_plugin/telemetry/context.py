@@ -4,8 +4,8 @@ A drafter trained on short contexts accepts less and less as a request grows (pu
 accept length of exactly 1.0 past 131k tokens of input); the overall mean dilutes it, and the live
 probe still says ``matched`` (the drafts sit at their own positions, they are just wrong more often).
 ``ContextCounts`` keeps one histogram per bucket (``MEMRA_DSPARK_CONTEXT_BUCKETS``: upper bounds, one
-more bucket beyond the last); ``falls_with_context`` is the rule that names that cause, and never a
-harvest override.
+more bucket beyond the last); ``context_fall`` is the rule that names that cause, and never a harvest
+override: the server's context ALARM and ``report`` both apply it.
 """
 
 from __future__ import annotations
@@ -67,10 +67,11 @@ class ContextCounts:
         return out
 
     def line(self) -> str:
-        """`` by_context=[<=512:2.91,<=1k:2.40]``: the buckets with ``MIN_REQUEST_ROUNDS``; nothing
+        """`` by_context=[<=512:2.91/1200,<=1k:2.40/310]``: each bucket with ``MIN_REQUEST_ROUNDS``, its
+        mean accept length and request-rounds (what ``report`` applies ``context_fall`` to); nothing
         while no bucket has them (a telemetry fed no context lengths writes the line as before)."""
         shown = [
-            f"{name}:{self.mean(i):.2f}"
+            f"{name}:{self.mean(i):.2f}/{self.request_rounds(i)}"
             for i, name in enumerate(self.names)
             if self.request_rounds(i) >= MIN_REQUEST_ROUNDS
         ]
@@ -90,30 +91,41 @@ class ContextCounts:
             if self.request_rounds(i)
         ]
 
-    def falls_with_context(self, healthy: float) -> tuple[int, float, float] | None:
-        """``(bound, long_mean, short_mean)`` where acceptance up to ``bound`` tokens is healthy (a mean
-        of at least ``healthy``, the alarm threshold) and past it far below (accepted drafts per
-        request-round at most ``FALL_FRACTION`` of it), both sides with ``MIN_REQUEST_ROUNDS``, at the
-        first such bound; else ``None``. A harvest mismatch collapses every bucket: it never fits."""
-        # each bucket's (request-rounds, accepted drafts) once; the pools below and above each cut
-        # are running sums of them, so the whole scan is linear in the buckets
-        per = [(sum(h), sum(map(mul, h, range(len(h))))) for h in self.hist]
-        total_reqs, total_acc = sum(r for r, _ in per), sum(a for _, a in per)
-        short_reqs = short_acc = 0
-        for cut in range(1, len(self.names)):
-            short_reqs, short_acc = short_reqs + per[cut - 1][0], short_acc + per[cut - 1][1]
-            long_reqs = total_reqs - short_reqs
-            if short_reqs < MIN_REQUEST_ROUNDS or long_reqs < MIN_REQUEST_ROUNDS:
-                continue
-            short, long = 1.0 + short_acc / short_reqs, 1.0 + (total_acc - short_acc) / long_reqs
-            if short < healthy:
-                continue
-            if long - 1.0 <= FALL_FRACTION * (short - 1.0):
-                return self.bounds[cut - 1], long, short
-        return None
+    def falls_with_context(self, healthy: float) -> tuple[str, float, float] | None:
+        """``context_fall`` on these buckets' counts."""
+        per = [
+            (name, sum(h), sum(map(mul, h, range(len(h)))))
+            for name, h in zip(self.names, self.hist, strict=True)
+        ]
+        return context_fall(per, healthy)
 
 
-def context_alarm_message(found: tuple[int, float, float], probe_kind: str | None, dp_tag: str) -> str:
+def context_fall(
+    buckets: Sequence[tuple[str, int, float]], healthy: float
+) -> tuple[str, float, float] | None:
+    """The one rule of a fall with context length, for the server's context ALARM and for ``report``.
+
+    ``buckets``: ``(name, request-rounds, accepted drafts)`` in bucket order. Only buckets with
+    ``MIN_REQUEST_ROUNDS`` count. At each cut between them, the buckets below are pooled and so are those
+    above: acceptance falls where the short side is healthy (a mean of at least ``healthy``, the alarm
+    threshold) and the long side far below it (accepted drafts per request-round at most
+    ``FALL_FRACTION`` of the short side's). Returns ``(bound, long_mean, short_mean)`` at the WIDEST such
+    cut (``bound``: the last short bucket's upper bound, such as ``2k``), so an alarm never names a
+    bound below contexts that were healthy; else ``None``. A harvest mismatch collapses every bucket:
+    it never fits."""
+    shown = [(name, reqs, acc) for name, reqs, acc in buckets if reqs >= MIN_REQUEST_ROUNDS]
+    total_reqs, total_acc = sum(r for _, r, _ in shown), sum(a for _, _, a in shown)
+    short_reqs, short_acc, found = 0, 0.0, None
+    for name, reqs, acc in shown[:-1]:  # running sums: linear in the buckets
+        short_reqs, short_acc = short_reqs + reqs, short_acc + acc
+        short = 1.0 + short_acc / short_reqs
+        long = 1.0 + (total_acc - short_acc) / (total_reqs - short_reqs)
+        if short >= healthy and long - 1.0 <= FALL_FRACTION * (short - 1.0):
+            found = (name.removeprefix("<="), long, short)
+    return found
+
+
+def context_alarm_message(found: tuple[str, float, float], probe_kind: str | None, dp_tag: str) -> str:
     """The WARNING that names a context-length collapse as its cause (no harvest override)."""
     bound, long, short = found
     probe = "the live probe measured the drafts at their own positions (matched)"
@@ -133,4 +145,5 @@ __all__ = [
     "ContextCounts",
     "bucket_names",
     "context_alarm_message",
+    "context_fall",
 ]

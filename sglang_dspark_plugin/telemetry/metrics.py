@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import GeometryError, SettingsError
-from ..geometry import MAX_GAMMA
+from ..limits import MAX_GAMMA
 from ..probe.offsets import ProbeCounts
 from ..util.reprs import short
 from ..util.validation import is_int

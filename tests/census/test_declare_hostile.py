@@ -21,6 +21,7 @@ from checkpoints import write_checkpoint
 from sglang_dspark_plugin import ENV_VAR
 from sglang_dspark_plugin.census import census
 from sglang_dspark_plugin.census import declaration as dec
+from sglang_dspark_plugin.census import folder as writer
 from sglang_dspark_plugin.cli import main
 from sglang_dspark_plugin.errors import DsparkHarvestError
 
@@ -68,11 +69,11 @@ def test_a_write_failure_is_a_typed_refusal_with_nothing_left_behind(tmp_path, m
         raise OSError(errno.EROFS, "Read-only file system")
 
     if where == "copying the tensors":
-        monkeypatch.setattr(dec.shutil, "copyfile", full)
+        monkeypatch.setattr(writer.shutil, "copyfile", full)
     elif where == "writing config.json":
-        monkeypatch.setattr(dec.os, "fsync", full)
+        monkeypatch.setattr(writer.os, "fsync", full)
     else:
-        monkeypatch.setattr(dec.os, "rename", read_only)
+        monkeypatch.setattr(writer.os, "rename", read_only)
     says = "writable file system" if where == "renaming into place" else "free some space"
     _refused(tmp_path, source, tmp_path / "dst" / "out", "write", says, copy=True)
 
@@ -119,7 +120,7 @@ def test_a_folder_that_cannot_be_listed_is_refused(tmp_path, monkeypatch):
             raise PermissionError(errno.EACCES, "Permission denied")
         return listdir(path)
 
-    monkeypatch.setattr(dec.os, "listdir", unreadable)
+    monkeypatch.setattr(writer.os, "listdir", unreadable)
     _refused(tmp_path, source, tmp_path / "out", "invalid", "tokenizer is a folder that cannot be listed")
 
 
@@ -141,7 +142,7 @@ def test_a_linked_folder_in_the_source_is_mirrored_whole_and_a_loop_is_refused(t
 def test_an_out_taken_by_another_process_is_refused_and_theirs_left_alone(tmp_path, monkeypatch):
     source = write_checkpoint(tmp_path / "src", SOURCE)
     out = tmp_path / "out"
-    listing = dec._source_files
+    listing = writer._source_files
 
     def then_taken(src):  # another process creates --out after the check
         found = listing(src)
@@ -149,19 +150,19 @@ def test_an_out_taken_by_another_process_is_refused_and_theirs_left_alone(tmp_pa
         (out / "theirs.txt").write_text("theirs")
         return found
 
-    monkeypatch.setattr(dec, "_source_files", then_taken)
+    monkeypatch.setattr(writer, "_source_files", then_taken)
     with pytest.raises(DsparkHarvestError, match="exists") as refused:
         dec.declare(census(source), out)
     assert refused.value.kind == "usage" and (out / "theirs.txt").read_text() == "theirs"
-    mirror = dec._mirror
+    mirror = writer._mirror
 
     def filled(src, staging, entries, copy_files):  # ... or writes into it while it is built
         (out2 / "theirs.txt").write_text("theirs")
         return mirror(src, staging, entries, copy_files)
 
     out2 = tmp_path / "out2"
-    monkeypatch.setattr(dec, "_source_files", listing)
-    monkeypatch.setattr(dec, "_mirror", filled)
+    monkeypatch.setattr(writer, "_source_files", listing)
+    monkeypatch.setattr(writer, "_mirror", filled)
     with pytest.raises(DsparkHarvestError, match="another process wrote into --out") as refused:
         dec.declare(census(source), out2)
     assert refused.value.kind == "write" and os.listdir(out2) == ["theirs.txt"]
@@ -216,3 +217,13 @@ def test_a_newline_in_a_folder_name_cannot_forge_a_line(tmp_path, capsys):
         "harvest:  dspark (shifted)"
     ]
     assert "\\n" in printed.splitlines()[0]
+
+
+def test_an_unreadable_file_is_refused(tmp_path, monkeypatch):
+    """As root every file reads; the permission a user lacks is injected at the check ``declare`` makes."""
+    source = write_checkpoint(tmp_path / "src", SOURCE)
+    access = os.access
+    monkeypatch.setattr(
+        writer.os, "access", lambda path, mode: Path(path).name != "model.safetensors" and access(path, mode)
+    )
+    _refused(tmp_path, source, tmp_path / "out", "invalid", "model.safetensors cannot be read", copy=True)

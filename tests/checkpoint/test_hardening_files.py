@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sglang_dspark_plugin.census import census
-from sglang_dspark_plugin.checkpoint.files import read_safetensors_header
+from sglang_dspark_plugin.checkpoint.shards import read_safetensors_header
 from sglang_dspark_plugin.errors import InvalidCheckpointError
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

@@ -15,7 +15,7 @@ from safetensors.numpy import load_file, save_file
 
 from sglang_dspark_plugin.census import census
 from sglang_dspark_plugin.checkpoint.bounds import MAX_HEADER_TENSORS, MAX_TENSORS, METADATA_MEMBERS
-from sglang_dspark_plugin.checkpoint.files import read_index, read_safetensors_header
+from sglang_dspark_plugin.checkpoint.shards import read_index, read_safetensors_header
 from sglang_dspark_plugin.embedded import EMBEDDED
 from sglang_dspark_plugin.errors import InvalidCheckpointError
 
@@ -95,7 +95,7 @@ def test_an_index_of_too_many_tiny_entries_is_refused_before_it_is_parsed(tmp_pa
 
 
 def test_an_index_at_the_bound_is_read_and_its_shards_checked_once(tmp_path, monkeypatch):
-    import sglang_dspark_plugin.checkpoint.files as files
+    import sglang_dspark_plugin.checkpoint.shards as files
 
     calls: list[str] = []
     real = files.PurePath

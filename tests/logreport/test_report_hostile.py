@@ -130,12 +130,16 @@ def test_every_startup_line_the_server_can_write_is_read_back(tmp_path, level):
     from sglang_dspark_plugin.logreport import read_logs
 
     for alarm in ({"alarm_threshold": 0.0}, {"alarm_threshold": 1025.0, "alarm_window": 100_000}, {}):
-        settings = TelemetrySettings(accept_log_level=level, summary_every=10**9, alarm_warmup=10**9, **alarm)
+        buckets = {"context_buckets": tuple(range(1, 33))} if level == 50 else {}  # the most there can be
+        settings = TelemetrySettings(
+            accept_log_level=level, summary_every=10**9, alarm_warmup=10**9, **alarm, **buckets
+        )
         log = Log(tmp_path / f"s-{level}-{len(alarm)}-{alarm.get('alarm_threshold')}.log")
         t = log.process(settings=settings)
         log.close()
         group = read_logs([str(log.path)]).to_json()["groups"][0]
         assert (group["gamma"], group["gamma_from"]) == (t.gamma, "startup line"), t.describe()
+        assert group["context_buckets"] == t.by_context.names  # the server's buckets, read back
         if settings.alarm_threshold:  # the server's own alarm, as the server ran it
             assert group["alarm_threshold"] == pytest.approx(t.alarm.threshold)
 

@@ -87,9 +87,22 @@ def test_a_request_end_is_queued_after_its_rounds(tmp_path: Path) -> None:
     plan = _plan(tmp_path)
     rounds = _attach(plan)
     assert rounds is not None
+    calls: list[str] = []
+    verify, finish = rounds.telemetry.on_verify_complete, rounds.probe.finish
+    rounds.telemetry.on_verify_complete = lambda *a, **k: (calls.append("round"), verify(*a, **k))[1]
+    rounds.probe.finish = lambda rid: (calls.append(f"end {rid}"), finish(rid))[1]
     _round(rounds, [1], [True], plan.geometry.verify_window)
-    rounds.finish("r0")  # the last running request ended: the queue runs
-    assert rounds.queue.queued == 0 and rounds.telemetry.counts.rounds == 1
+    _round(rounds, [2], [True], plan.geometry.verify_window)
+    assert calls == []  # queued, not run
+    rounds.finish("r0")  # the last running request ended: the queue runs, the end after its rounds
+    # (the probe may also end r0 itself between the rounds: these stand-in rounds commit no new token,
+    # which it reads as a restart)
+    assert (
+        calls.count("round") == 2
+        and calls[-1] == "end r0"
+        and "round" not in calls[calls.index("end r0", 2) :]
+    )
+    assert rounds.queue.queued == 0 and rounds.telemetry.counts.rounds == 2
 
 
 def test_host_timing_enters_the_plugin_work_around_each_round(tmp_path: Path) -> None:

@@ -110,7 +110,8 @@ GOLDEN = [
     (
         "START",
         "dspark accept telemetry: harvest=dspark(census) gamma=4 per_round_level=INFO summary_every=2 "
-        "alarm=mean<1.60 over 2 rounds after 1 metrics=off dp=1",
+        "alarm=mean<1.60 over 2 rounds after 1 metrics=off "
+        "context_buckets=[<=512,<=1k,<=2k,<=4k,<=8k,<=16k,<=32k,<=64k,<=128k,>128k] dp=1",
     ),
     ("INFO", "dspark accept round=1 bs=2 accept_len=[5,4] mean=4.50 harvest=dspark(census) dp=1"),
     ("INFO", "dspark accept round=2 bs=3 accept_len=[1,1,2] mean=1.33 harvest=dspark(census) dp=1"),

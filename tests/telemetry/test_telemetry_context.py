@@ -46,7 +46,7 @@ def test_a_fall_with_context_is_named_with_the_probe_matched_and_never_advises_a
     assert "the live probe measured the drafts at their own positions (matched)" in alarm
     assert "the harvest is not the cause" in alarm and "MEMRA_DSPARK_HARVEST" not in alarm
     summaries = [r.getMessage() for r in caplog.records if "accept summary" in r.getMessage()]
-    assert " by_context=[<=64:4.00,>128:1.00] " in summaries[-1]
+    assert " by_context=[<=64:4.00/100,>128:1.00/100] " in summaries[-1]
     buckets = {b["bucket"]: b for b in t.summary()["by_context"]}
     assert buckets["<=64"]["request_rounds"] == buckets[">128"]["request_rounds"] == 100
     assert buckets[">128"]["per_position"] == [0.0] * 4 and "<=128" not in buckets
@@ -104,6 +104,26 @@ def test_report_reads_the_buckets_and_the_context_alarm():
     t = AcceptTelemetry(4, DFLASH, "census", (), settings=SETTINGS, probe=fed(0))
     _serve(t, 100, short_accepts=3, long_accepts=0)
     kind, line = classify(f"[t] {t.summary_line()}", "f", 1)
-    assert kind == "line" and line.fields["by_context"] == "<=64:4.00,>128:1.00"
+    assert kind == "line" and line.fields["by_context"] == "<=64:4.00/100,>128:1.00/100"
     kind, line = classify(f"[t] {t.context_alarm}", "f", 2)
     assert kind == "line" and line.kind == "context_alarm"
+
+
+def test_the_server_and_the_report_name_the_same_bound_the_widest_healthy_one(tmp_path):
+    """Healthy up to 128 tokens, collapsed past it, most traffic past it: pooled past 64, the long side
+    is collapsed too, but contexts up to 128 were healthy, so the one rule names 128, for both."""
+    from server_logs import Log
+
+    from sglang_dspark_plugin.logreport import read_logs
+
+    settings = TelemetrySettings(summary_every=25, context_buckets=(64, 128), alarm_threshold=1.6)
+    log = Log(tmp_path / "server.log")
+    t = AcceptTelemetry(4, DFLASH, "census", (), settings=settings, probe=fed(0), logger=log.logger)
+    log.logger.info("%s", t.describe())
+    for _ in range(100):
+        t.on_verify_complete([3, 3, 0, 0, 0, 0, 0, 0], contexts=[40, 100, 500, 600, 700, 800, 900, 1000])
+    log.close()
+    assert t.context_alarm is not None and "past 128 tokens" in t.context_alarm
+    group = read_logs([str(log.path)]).to_json()["groups"][0]
+    assert group["verdict"] == "collapse" and "past 128 tokens" in group["why"]
+    assert [b["request_rounds"] for b in group["by_context"]] == [100, 100, 600]

@@ -21,8 +21,9 @@ def test_each_kind_of_missing_is_named() -> None:
     assert check_entry("json", "no_such_function", None).problem == "missing"
     moved = check_entry("no_such_module_anywhere", "thing", None)
     assert not moved.ok and moved.problem.startswith("module does not import")
-    builtin = check_entry("builtins", "dict.get", ("key",))
-    assert builtin.ok or "no inspectable signature" in builtin.problem
+    assert check_entry("builtins", "dict.get", ("key",)).ok  # a builtin with a text signature
+    opaque = check_entry("builtins", "max", ("key",))  # a builtin without one: named, not guessed
+    assert not opaque.ok and opaque.problem.startswith("no inspectable signature")
     assert gone.target == "json.dumps" and gone.to_json()["params"] == ["obj", "no_such_parameter"]
 
 

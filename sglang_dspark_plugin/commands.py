@@ -9,7 +9,7 @@ import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from ..errors import DsparkHarvestError
+from .errors import DsparkHarvestError
 
 EXIT_OK = 0
 EXIT_REFUSED = 2
