@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -74,30 +75,32 @@ def write_log(path: Path, megabytes: int, gamma: int = 7) -> int:
 
 def _hostile_input(case: str, folder: Path, mb: int) -> list[str]:
     """Write the input of ``case`` (about ``mb`` MB unpacked); the report's arguments."""
-    size = mb * 1024 * 1024
     path = folder / "hostile.log"
+    mib = 1024 * 1024
+
+    def write(piece: bytes, times: int, tail: bytes = b"", opener: Any = open) -> None:
+        with opener(path, "wb") as out:  # a piece at a time: the writer's memory stays small
+            for _ in range(times):
+                out.write(piece)
+            out.write(tail)
+
     if case == "blank-lines":
-        path.write_bytes(b"\n" * size)
+        write(b"\n" * mib, mb)
     elif case == "one-line":
-        with open(path, "wb") as out:
-            for _ in range(mb):
-                out.write(b"dspark accept " * (1024 * 1024 // 14))
+        write(b"dspark accept " * (mib // 14), mb)
     elif case == "gz-one-line":
         import gzip
 
         path = folder / "hostile.log.gz"
-        with gzip.open(path, "wb", compresslevel=1) as out:
-            for _ in range(mb):
-                out.write(b"x" * 1024 * 1024)
-            out.write(b" dspark accept \n")
+        write(b"x" * mib, mb, b" dspark accept \n", lambda p, m: gzip.open(p, m, compresslevel=1))
     elif case == "marker-blanks":
         line = b"[t] dspark accept ALARM (context): " + b" " * 100_000 + b"x\n"
-        path.write_bytes(line * max(1, size // len(line)))
+        write(line * 10, max(1, mb * mib // (10 * len(line))))
     elif case == "plot-4096-groups":
-        with open(path, "w", encoding="utf-8") as out:
+        with open(path, "w", encoding="utf-8") as text:
             for dp in range(4096):
                 for n in range(1, 4):
-                    out.write(
+                    text.write(
                         f"{PREFIX}dspark accept round={n} bs=2 accept_len=[2,3] mean=2.50 "
                         f"harvest=dspark(census) dp={dp}\n"
                     )
