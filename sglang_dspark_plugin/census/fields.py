@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import InvalidCheckpointError
 from ..limits import MAX_BLOCK_SIZE
 from .draft_config import TIER_EXPLICIT, TIER_INFO, TIER_STRUCTURAL, VOTE_DFLASH, VOTE_DSPARK, Signal
+from .markov import head_spellings
 from .reading import TableShapes
 from .view import ConfigView
 
@@ -112,12 +113,9 @@ def read_markov_rank(view: ConfigView, tables: TableShapes) -> tuple[int | None,
 
     A rank > 0 votes shifted (a Markov head); 0 and null are recorded without a vote.
     """
-    # every place sglang (dspark_config, text_config, top level, dspark_*) or SpecForge
-    # (dflash_config) writes it; they must agree with each other and with the tables' shapes
-    spellings = [
-        *view.lookups("markov_rank", ((), ("dflash_config",), ("dspark_config",), ("text_config",))),
-        *view.lookups("dspark_markov_rank", ((),)),
-    ]
+    # every place sglang or SpecForge writes it (``markov.HEAD_KEY_SPELLINGS``); they must agree with
+    # each other and with the tables' shapes
+    spellings = head_spellings(view, "markov_rank")
     signals: list[Signal] = []
     ranks: dict[str, int] = {}
     for key, value in spellings:

@@ -14,15 +14,36 @@ HEAD_TYPES = ("vanilla", "gated", "rnn")
 """The Markov heads SpecForge trains and sglang builds (``models/dspark.py`` ``build_markov_head``)."""
 
 
+HEAD_KEY_SPELLINGS: tuple[tuple[tuple[str, ...], str], ...] = (
+    ((), "dspark_{key}"),
+    (("dspark_config",), "{key}"),
+    (("dflash_config",), "{key}"),
+    (("text_config",), "{key}"),
+    ((), "{key}"),
+)
+"""Where sglang's ``parse_dspark_draft_config`` reads the Markov head's ``markov_rank`` and
+``markov_head_type``, in its order: the prefixed key, ``dspark_config`` (0.5.23 merges ``dflash_config``
+under it, 0.5.17 does not read ``dflash_config``), ``text_config``, the top level (0.5.23
+``speculative/dspark_components/dspark_config.py:206-264``; 0.5.17 ``:175-236``). The census reads these
+(and SpecForge's ``dflash_config``) and requires them to agree, so no release reads another value than
+the census; the route writes them (``serving.route.write_head``) and the engine reads them."""
+
+
+def head_spellings(view: ConfigView, key: str) -> list[tuple[str, object]]:
+    """``(dotted key, value)`` of every spelling of ``key`` the config holds, in sglang's order."""
+    found: list[tuple[str, object]] = []
+    for section, pattern in HEAD_KEY_SPELLINGS:
+        found += view.lookups(pattern.format(key=key), (section,))
+    return found
+
+
 def declared_head_type(view: ConfigView) -> str | None:
-    """The head type the config declares first (top level, ``dspark_config``, ``dflash_config``, then
-    sglang's ``dspark_markov_head_type``), lower-cased; ``None`` when it declares none. Whether sglang
+    """The head type the config declares (lower-cased; every spelling must agree, or the config is
+    refused: releases read them in different orders); ``None`` when it declares none. Whether sglang
     can build it is the serving plan's question (``HEAD_TYPES``), not the census's."""
-    found = [
-        *view.lookups("markov_head_type", ((), ("dspark_config",), ("dflash_config",))),
-        *view.lookups("dspark_markov_head_type", ((),)),
-    ]
-    return next((str(v).lower() for _, v in found if v is not None), None)
+    found = {k: str(v).lower() for k, v in head_spellings(view, "markov_head_type") if v is not None}
+    agreed = view.agreed(found, "Markov head types", "keep the type the drafter was trained with.")
+    return None if agreed is None else str(agreed[1])
 
 
 def tensor_head_type(tensors: dict[str, str], w1: str) -> str | None:

@@ -22,8 +22,10 @@ from typing import Any
 import torch
 from torch import nn
 
-MARKOV_HEAD_TYPES = ("vanilla", "gated", "rnn")
-"""The head types sglang 0.5.17 and 0.5.23 build (``dspark_config.SUPPORTED_DSPARK_MARKOV_HEAD_TYPES``)."""
+from ..census.markov import HEAD_TYPES
+
+MARKOV_HEAD_TYPES = HEAD_TYPES
+"""The head types sglang 0.5.17 and 0.5.23 build: the census's one list (``census.markov.HEAD_TYPES``)."""
 
 
 class VanillaMarkov(nn.Module):

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..census.markov import HEAD_KEY_SPELLINGS
 from ..checkpoint.files import describe
 from ..errors import InvalidCheckpointError, UnsupportedCheckpointError, printable
 from .markov import MARKOV_HEAD_TYPES
@@ -27,10 +28,6 @@ LEGACY_HEAD_PREFIX = "logit_head."
 # Buffers some exports write (recomputed here, never trained).
 IGNORED_PREFIXES = ("rotary_emb.",)
 MARKOV_PREFIX, CONFIDENCE_PREFIX = "markov_head.", "confidence_head."
-
-# sglang 0.5.23's precedence (``parse_dspark_draft_config``): the prefixed key, then dspark_config over
-# dflash_config, then text_config, then the top level; 0.5.17 reads the same minus dflash_config.
-_HEAD_KEY_SECTIONS = ("dspark_config", "dflash_config", "text_config")
 
 
 def _normalize_key(key: str) -> str:
@@ -68,16 +65,16 @@ def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
 
 
 def _spellings(raw: Mapping[str, Any], key: str) -> dict[str, Any]:
-    """Every non-null spelling of a DSpark head key in the config, as ``{dotted key: value}``."""
+    """Every non-null spelling of a DSpark head key in the config, as ``{dotted key: value}``, where and
+    in the order sglang reads them (``census.markov.HEAD_KEY_SPELLINGS``)."""
     found = {}
-    if raw.get(f"dspark_{key}") is not None:
-        found[f"dspark_{key}"] = raw[f"dspark_{key}"]
-    for section in _HEAD_KEY_SECTIONS:
-        node = raw.get(section)
-        if isinstance(node, dict) and node.get(key) is not None:
-            found[f"{section}.{key}"] = node[key]
-    if raw.get(key) is not None:
-        found[key] = raw[key]
+    for section, pattern in HEAD_KEY_SPELLINGS:
+        node: Any = raw
+        for part in section:
+            node = node.get(part) if isinstance(node, Mapping) else None
+        name = pattern.format(key=key)
+        if isinstance(node, Mapping) and node.get(name) is not None:
+            found[".".join((*section, name))] = node[name]
     return found
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from checkpoints import FIXTURES, write_checkpoint
 from safetensors.torch import save_file
 from tiny_target import tiny_target
 from transformers import Qwen3ForCausalLM
@@ -567,7 +568,7 @@ def test_a_markov_rank_the_tensor_shapes_contradict_is_refused(tmp_path, config_
         message = err.value.message
         assert f"markov_rank = {config_rank}" in message, message
         assert f"markov_head.markov_w1.weight has shape [{V}, {RANK}]" in message
-        assert err.value.kind == "invalid" and err.value.where.endswith(":markov_rank")
+        assert err.value.kind == "invalid" and err.value.where.endswith("markov_rank")  # a spelling of it
 
 
 def test_markov_rank_spellings_that_disagree_are_refused(tmp_path) -> None:
@@ -602,3 +603,25 @@ def test_a_mask_fill_dspark_checkpoint_with_a_markov_head_is_measured(tmp_path, 
     base = rows @ target.lm_head.weight.detach().T
     prevs = [anchor, *result.drafts[:-1]]
     assert list(result.drafts) == reference_logits(loaded.markov_head, base, rows, prevs).argmax(-1).tolist()
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [((), ("dspark_config",)), (("dflash_config",), ("text_config",)), ((), ("text_config",))],
+)
+def test_markov_head_types_that_disagree_between_spellings_are_refused(tmp_path, first, second):
+    """Releases read the spellings in different orders (0.5.17 never reads ``dflash_config``): a config
+    whose spellings disagree would give two releases two heads, so the census refuses it, naming both."""
+    raw = json.loads(json.dumps(FIXTURES["specforge_dspark"].config))
+    for section, head_type in ((first, "gated"), (second, "vanilla")):
+        node = raw
+        for part in section:
+            node = node.setdefault(part, {})
+        node["markov_head_type"] = head_type
+    from sglang_dspark_plugin.census import census
+
+    folder = write_checkpoint(tmp_path, "specforge_dspark")
+    (folder / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(InvalidCheckpointError, match="Markov head types disagree") as refused:
+        census(folder)
+    assert "gated" in refused.value.message and "vanilla" in refused.value.message

@@ -138,11 +138,37 @@ def _held(url: str) -> tuple[float | None, float | None]:
     )
 
 
+POLLS = 1500
+"""How often a wait on the server's state looks (every 0.2 s): the bound of a wait, not its length."""
+
+
 def _wait_ready(read_log: Any) -> None:
-    deadline = time.time() + 300
-    while READY not in read_log():  # sglang's own warm-up request has finished
-        assert time.time() < deadline, read_log()[-3000:]
-        time.sleep(1)
+    """Until sglang's own warm-up request has finished (its line in the server's log)."""
+    for _ in range(POLLS):
+        if READY in read_log():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the server never logged {READY!r}: {read_log()[-3000:]}")
+
+
+_ROUND_BS = re.compile(r"dspark accept round=\d+ bs=(\d+) ")
+
+
+def _settled(url: str, read_log: Any, algorithm: str) -> None:
+    """Until the plugin's server is idle by its own state: every request-round its lines counted is in
+    /metrics too, and its probe holds no request (the last request's end ran the queue, logged the
+    rounds and pushed the counters). A builtin server has no plugin state: nothing to wait on."""
+    if algorithm != sc.PLUGIN:
+        return
+    logged, exported = 0, None
+    for _ in range(POLLS):
+        values = _metrics(url)
+        logged = sum(int(bs) for bs in _ROUND_BS.findall(read_log()))
+        exported = values.get("dspark_harvest_request_rounds_total")
+        if exported == logged and values.get("dspark_harvest_probe_requests_held") == 0:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the plugin never settled: {logged} request-rounds logged, {exported} exported")
 
 
 def _serve_load(algorithm: str, prompts: list[list[int]]) -> dict[str, Any]:
@@ -156,14 +182,14 @@ def _serve_load(algorithm: str, prompts: list[list[int]]) -> dict[str, Any]:
         with ThreadPoolExecutor(8) as pool:
             answers_a = list(pool.map(lambda job: _generate(url, *job), jobs))
             malformed = _malformed(url)
-        time.sleep(2)  # the last round lines of the scheduler reach the log
+        _settled(url, read_log, algorithm)  # the last round lines of the scheduler are in the log
         log_a = read_log()[start_a:]
         start_b = len(read_log())
         with ThreadPoolExecutor(8) as pool:
             dropped = [pool.submit(_dropped_stream, url, prompts[i], 1 + i % 3) for i in range(4)]
             answers_b = list(pool.map(lambda p: _generate(url, p, LOAD_NEW_TOKENS), prompts[4:]))
             chunks = [f.result() for f in dropped]
-        time.sleep(3)
+        _settled(url, read_log, algorithm)
         log_b = read_log()[start_b:]
         held, swept = _held(url)
         return {
@@ -230,7 +256,7 @@ def _serve_pressed(algorithm: str, prompts: list[list[int]], new_tokens: int) ->
         start = len(read_log())
         with ThreadPoolExecutor(8) as pool:
             answers = list(pool.map(lambda p: _generate(url, p, new_tokens), prompts))
-        time.sleep(2)
+        _settled(url, read_log, algorithm)
         held, swept = _held(url)
         return {"answers": answers, "log": read_log()[start:], "held": held, "swept": swept}
 

@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import importlib.util
 import inspect
+import json
 import logging
 import os
 import sys
@@ -366,6 +367,48 @@ def test_the_served_markov_head_is_the_census_reading(tmp_path):
     null_rank = census(str(write_checkpoint(tmp_path, "gemma4_dspark_null_rank")))  # null, no weights
     assert null_rank.markov_rank is None and null_rank.markov_head is None
     assert _served(tmp_path, "specforge_dflash").route.head is None  # DFLASH: no head served
+
+
+def _head_config(*placed: tuple[tuple[str, ...], str, int, str]) -> PretrainedConfig:
+    """The qwen3 DSpark fixture's config with no Markov spelling but ``placed``: (section, key pattern,
+    rank, type) each."""
+    from sglang_dspark_plugin.census.markov import HEAD_KEY_SPELLINGS
+
+    raw = json.loads(json.dumps(FIXTURES["qwen3_dspark_model"].config))
+    for section, pattern in HEAD_KEY_SPELLINGS:  # clear every spelling
+        node = raw
+        for part in section:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            for key in ("markov_rank", "markov_head_type"):
+                node.pop(pattern.format(key=key), None)
+    for section, pattern, rank, head_type in placed:
+        node = raw
+        for part in section:
+            node = node.setdefault(part, {})
+        node[pattern.format(key="markov_rank")] = rank
+        node[pattern.format(key="markov_head_type")] = head_type
+    return PretrainedConfig(**raw)
+
+
+def _read_by_this_release(section: tuple[str, ...]) -> bool:
+    return section != ("dflash_config",) or NESTED_DFLASH_CONFIG
+
+
+def test_sglang_reads_the_markov_head_spellings_where_and_in_the_order_the_package_lists_them():
+    """``census.markov.HEAD_KEY_SPELLINGS`` against this release's own parser: each spelling alone is
+    read (``dflash_config`` from 0.5.19 on), and of two that disagree the one listed first wins, so a
+    config whose spellings agree (what the census requires) means one head to every release."""
+    from sglang_dspark_plugin.census.markov import HEAD_KEY_SPELLINGS
+
+    read = [(sec, pat) for sec, pat in HEAD_KEY_SPELLINGS if _read_by_this_release(sec)]
+    for section, pattern in read:
+        parsed = parse_dspark_draft_config(draft_hf_config=_head_config((section, pattern, 4, "gated")))
+        assert (parsed.markov_rank, parsed.markov_head_type) == (4, "gated"), (section, pattern)
+    for (first, first_key), (later, later_key) in zip(read[:-1], read[1:], strict=True):
+        config = _head_config((later, later_key, 2, "rnn"), (first, first_key, 4, "gated"))
+        parsed = parse_dspark_draft_config(draft_hf_config=config)
+        assert (parsed.markov_rank, parsed.markov_head_type) == (4, "gated"), (first, later)
 
 
 def test_markov_keys_in_dspark_config_are_rewritten_too():
