@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .report import Departure
+from .records import Departure
 
 if TYPE_CHECKING:
     import torch

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ..engine.spec_decode import Generation
     from ..probe.offsets import ProbeCounts, ProbeResult
     from ..telemetry import AcceptTelemetry
-    from .report import Departure
+    from .records import Departure
 
 WARMUP_TOKENS = 8
 

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..harvest import DsparkHarvest
 from .confidence import Comparison
-from .jsonform import json_schema, to_json
+from .jsonform import json_schema
+from .records import Departure, JsonRecord
 from .verdicts import Verdict
 
 if TYPE_CHECKING:
@@ -28,27 +29,6 @@ def _harvest(name: str) -> DsparkHarvest:
     if harvest is None:
         raise ValueError(f"a check report names harvest {name!r}; known: dflash, dspark")
     return harvest
-
-
-class JsonRecord:
-    """A dataclass whose JSON form is its fields (``jsonform.to_json``)."""
-
-    def to_json(self) -> Any:
-        return to_json(self)
-
-
-@dataclass(frozen=True)
-class Departure(JsonRecord):
-    """One point where a speculative output left the target's greedy choice for its own prefix
-    (``exactness.py`` says how each is classified)."""
-
-    prompt: int  # index of the prompt (0-based, in the order decoded)
-    position: int  # index of the new token (0-based; 0 is the prefill's token)
-    token: int  # what the speculative run committed
-    expected: int  # the target's greedy token for the same prefix
-    margin: float  # float32 logit of expected minus that of token, from the same prefix
-    tolerance: float  # what the run's dtype can separate at this position (2 E + floor)
-    near_tie: bool  # |margin| <= tolerance: a rounding flip, not an error
 
 
 @dataclass(frozen=True)
