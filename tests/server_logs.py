@@ -87,8 +87,103 @@ def _misaligned(path: Path) -> None:
     log.close()
 
 
-LOGS: dict[str, Callable[[Path], None]] = {"collapse.log": _collapse, "misaligned.log": _misaligned}
+# ---------------------------------------------------------------- the other engines' lines
+
+VLLM_FORMAT = (
+    "SpecDecoding metrics: "
+    "Mean acceptance length: %.2f, "
+    "Accepted throughput: %.2f tokens/s, "
+    "Drafted throughput: %.2f tokens/s, "
+    "Accepted: %d tokens, "
+    "Drafted: %d tokens, "
+    "Per-position acceptance rate: %s, "
+    "Avg Draft acceptance rate: %.1f%%"
+)
+"""vLLM 0.34.0's line, ``vllm/v1/spec_decode/metrics.py:120-136`` (the same text since v0.9)."""
+VLLM_PREFIX = "(APIServer pid=4242) INFO 12-05 10:%02d:%02d [metrics.py:120] "
+
+
+def drafts_of(rates: list[float], n: int, seed: int) -> list[int]:
+    """``n`` drafts' accepted counts whose rate of passing position k is ``rates[k]`` (vLLM's counting)."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        u, accepted = rng.random(), 0
+        while accepted < len(rates) and u < rates[accepted]:
+            accepted += 1
+        out.append(accepted)
+    return out
+
+
+def vllm_lines(accepted_per_draft: list[int], gamma: int, per_line: int = 100) -> list[str]:
+    """vLLM's lines over drafts that accepted these many tokens each, ``per_line`` drafts a line, with
+    its ``SpecDecodingLogging.log`` arithmetic (10 s between lines)."""
+    out = []
+    for i in range(0, len(accepted_per_draft), per_line):
+        chunk = accepted_per_draft[i : i + per_line]
+        drafts, accepted = len(chunk), sum(chunk)
+        per_pos = [sum(1 for n in chunk if n > k) for k in range(gamma)]  # observe_draft's counting
+        rates = ", ".join(f"{p / drafts:.3f}" for p in per_pos)
+        text = VLLM_FORMAT % (
+            1 + accepted / drafts,
+            accepted / 10.0,
+            drafts * gamma / 10.0,
+            accepted,
+            drafts * gamma,
+            rates,
+            100 * accepted / (drafts * gamma),
+        )
+        out.append(VLLM_PREFIX % divmod(10 * len(out) % 3600, 60) + text)
+    return out
+
+
+def sglang_line(mean: float, rate: float, running: int = 4, tokens: int = 400, dp: int | None = None) -> str:
+    """sglang's decode line (0.5.23 ``metrics_reporter.py:962-1005``; 0.5.17 ``:757-798``, the same text)."""
+    tag = "" if dp is None else f" DP{dp} TP{dp}"
+    return (
+        f"[2026-12-05 10:00:00{tag}] Decode batch, #running-req: {running}, #token: {tokens}, token usage: "
+        f"0.10, accept len: {mean:.2f}, accept rate: {rate:.2f}, cuda graph: True, gen throughput "
+        "(token/s): 812.20, #queue-req: 0"
+    )
+
+
+MISMATCHED_RATES = [0.37, 0.10, 0.02, 0.02, 0.02, 0.02]
+"""The SpecForge-shaped embedded drafter under the wrong harvest (docs/check.md's table)."""
+
+
+def _vllm(path: Path) -> None:
+    path.write_text("\n".join(vllm_lines(drafts_of(MISMATCHED_RATES, 1500, seed=11), 6)) + "\n")
+
+
+def _sglang_builtin(path: Path) -> None:
+    rng = random.Random(12)
+    lines = []
+    for i in range(20):  # requests from 300 to 4k tokens, healthy; then past 20k, falling
+        tokens = 300 + 250 * i if i < 14 else 20_000 + 2_000 * (i - 14)
+        mean = 3.3 + rng.uniform(-0.2, 0.2) if tokens <= 4096 else 1.15 + rng.uniform(-0.05, 0.05)
+        lines.append(sglang_line(mean, (mean - 1) / 7, running=8, tokens=8 * tokens))
+    path.write_text("\n".join(lines) + "\n")
+
+
+LOGS: dict[str, Callable[[Path], None]] = {
+    "collapse.log": _collapse,
+    "misaligned.log": _misaligned,
+    "vllm.log": _vllm,
+    "sglang-builtin.log": _sglang_builtin,
+}
 """The docs' example logs, by file name."""
 
 
-__all__ = ["Log", "rounds", "probe_line", "LATE", "SETTINGS", "LOGS"]
+__all__ = [
+    "Log",
+    "rounds",
+    "probe_line",
+    "LATE",
+    "SETTINGS",
+    "LOGS",
+    "VLLM_FORMAT",
+    "drafts_of",
+    "vllm_lines",
+    "sglang_line",
+    "MISMATCHED_RATES",
+]

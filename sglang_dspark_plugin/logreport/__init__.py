@@ -18,12 +18,18 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from ..errors import SettingsError, UsageError, printable
+from . import engines
 from .groups import Group
 from .judge import group_json, group_verdict
 from .lines import MAX_LINE_BYTES, ROUND, classify
 
-EXIT_HEALTHY, EXIT_UNREADABLE, EXIT_MISALIGNED, EXIT_COLLAPSE = 0, 2, 3, 5
-VERDICT_CODES = {"healthy": EXIT_HEALTHY, "misaligned": EXIT_MISALIGNED, "collapse": EXIT_COLLAPSE}
+EXIT_HEALTHY, EXIT_UNREADABLE, EXIT_MISALIGNED, EXIT_INCONCLUSIVE, EXIT_COLLAPSE = 0, 2, 3, 4, 5
+VERDICT_CODES = {
+    "healthy": EXIT_HEALTHY,
+    "misaligned": EXIT_MISALIGNED,
+    "collapse": EXIT_COLLAPSE,
+    "inconclusive": EXIT_INCONCLUSIVE,
+}
 MAX_GROUPS = 4096
 _ROUND_FIELDS = ("prefix", "round", "lengths", "bs", "mean", "harvest", "source", "dp")
 
@@ -39,6 +45,18 @@ class LogReport:
     malformed: int = 0  # a marker after a trusted prefix, in no line's exact form, or unusable values
     overlong: int = 0  # lines longer than MAX_LINE_BYTES, skipped
     groups: dict[int | None, Group] = field(default_factory=dict)
+    engine_lines: int = 0  # sglang's decode lines and vLLM's spec metrics lines read
+    engine_groups: dict[tuple[str, int | None], engines.EngineGroup] = field(default_factory=dict)
+    decode_log_interval: int = engines.DEFAULT_DECODE_LOG_INTERVAL
+
+    def engine_group(self, engine: str, dp: int | None) -> engines.EngineGroup:
+        """The group of ``engine``'s lines of DP rank ``dp`` (created at its first line)."""
+        found = self.engine_groups.get((engine, dp))
+        if found is None:
+            if len(self.engine_groups) >= MAX_GROUPS:
+                raise UsageError(f"more than {MAX_GROUPS} DP groups of {engine}'s lines", where="report")
+            found = self.engine_groups[(engine, dp)] = engines.EngineGroup(engine, dp)
+        return found
 
     def group(self, dp: int | None) -> Group:
         """The group of DP rank ``dp`` (created at its first line)."""
@@ -50,9 +68,12 @@ class LogReport:
         return found
 
     def verdict(self) -> tuple[str, int]:
-        """The worst group's verdict and its exit code (misaligned over collapse over healthy)."""
+        """The worst group's verdict and its exit code: misaligned over collapse over healthy, the plugin's
+        groups and the engines' alike; ``inconclusive`` only when no group holds enough rounds to judge
+        (an engine's few lines beside the plugin's judged rounds change nothing)."""
         kinds = [group_verdict(g)[0] for g in self.groups.values()]
-        for kind in ("misaligned", "collapse"):
+        kinds += [engines.verdict(g)[0] for g in self.engine_groups.values()]
+        for kind in ("misaligned", "collapse", "healthy", "inconclusive"):
             if kind in kinds:
                 return kind, VERDICT_CODES[kind]
         return "healthy", EXIT_HEALTHY
@@ -69,6 +90,14 @@ class LogReport:
             "malformed": self.malformed,
             "overlong": self.overlong,
             "groups": [group_json(g) for g in ordered],
+            "engine_lines": self.engine_lines,
+            "decode_log_interval": self.decode_log_interval,
+            "engines": [
+                engines.group_json(g)
+                for g in sorted(
+                    self.engine_groups.values(), key=lambda g: (g.engine, -1 if g.dp is None else g.dp)
+                )
+            ],
             "verdict": kind,
             "exit_code": code,
         }
@@ -76,7 +105,9 @@ class LogReport:
 
 CHUNK_BYTES = 1 << 20
 """What the reader takes from a file at a time: memory stays within a few of these, whatever the input."""
-_MARK = b"dspark "
+_MARKS = (b"dspark ", *(m.encode() for m in engines.MARKERS))
+"""What a line the report reads holds: the plugin's marker, sglang's ``accept len: ``, vLLM's
+``SpecDecoding metrics: ``."""
 
 
 @dataclass
@@ -141,37 +172,42 @@ def _marked(stream: IO[bytes], counts: _Counts) -> Iterator[tuple[int, bytes]]:
         counts.lines += 1
     elif carry:
         counts.lines += 1
-        if _MARK in carry:
+        if any(m in carry for m in _MARKS):
             yield counts.lines, carry
 
 
 def _cut(data: bytes, end: int, counts: _Counts) -> Iterator[tuple[int, bytes]]:
     """The marked lines of ``data[:end]`` (whole lines), numbered on from ``counts.lines``. A chunk where
-    most lines carry the marker (a busy server's per-round lines) is split into lines at once; a sparse
-    one (blank lines, sglang's own lines) is searched marker by marker."""
+    most lines carry a marker (a busy server's per-round lines) is split into lines at once; a sparse
+    one (blank lines, sglang's own lines) is searched marker by marker, each marked line cut once."""
     newlines = data.count(b"\n", 0, end)
-    if 2 * data.count(_MARK, 0, end) > newlines:
+    if 2 * sum(data.count(m, 0, end) for m in _MARKS) > newlines:
         first = counts.lines
         for number, line in enumerate(data[: end - 1].split(b"\n"), first + 1):
-            if _MARK in line:
+            if any(m in line for m in _MARKS):
                 if len(line) <= MAX_LINE_BYTES:
                     yield number, line
                 else:
                     counts.overlong += 1
         counts.lines = first + newlines
         return
+    starts: set[int] = set()
+    for mark in _MARKS:
+        found = data.find(mark, 0, end)
+        while found >= 0:
+            start = data.rfind(b"\n", 0, found) + 1
+            starts.add(start)
+            stop = data.find(b"\n", found, end)
+            found = data.find(mark, stop + 1, end)
     done = 0  # where the lines not yet counted start
-    found = data.find(_MARK, 0, end)
-    while found >= 0:
-        start = data.rfind(b"\n", 0, found) + 1
-        stop = data.find(b"\n", found, end)
+    for start in sorted(starts):
+        stop = data.find(b"\n", start, end)
         counts.lines += data.count(b"\n", done, start) + 1
         if stop - start <= MAX_LINE_BYTES:
             yield counts.lines, data[start:stop]
         else:
             counts.overlong += 1
         done = stop + 1
-        found = data.find(_MARK, done, end)
     counts.lines += data.count(b"\n", done, end)
 
 
@@ -193,15 +229,18 @@ def _lines(paths: Iterable[str], counts: _Counts) -> Iterator[tuple[str, int, by
                     inner.close()
 
 
-def read_logs(paths: list[str]) -> LogReport:
-    """Stream ``paths`` (in order) into a ``LogReport``."""
-    report = LogReport(list(paths))
+def read_logs(paths: list[str], decode_log_interval: int = engines.DEFAULT_DECODE_LOG_INTERVAL) -> LogReport:
+    """Stream ``paths`` (in order) into a ``LogReport`` (``decode_log_interval``: the decode batches one
+    sglang decode line covers, its ``--decode-log-interval``)."""
+    report = LogReport(list(paths), decode_log_interval=decode_log_interval)
     counts = _Counts()
     groups: dict[str | None, Group] = {}  # by the line's own dp text: the fast path's lookup
     for path, number, raw in _lines(paths, counts):
         text = raw.decode("utf-8", "replace").rstrip()
         try:
             _read_line(report, groups, text, path, number)
+        except engines.Rejected:
+            pass  # counted by its group
         except (ValueError, OverflowError, SettingsError):  # values the grammar lets through, unusable
             report.malformed += 1
     report.lines, report.overlong = counts.lines, counts.overlong
@@ -221,6 +260,9 @@ def _read_line(report: LogReport, groups: dict[str | None, Group], text: str, pa
             group.round(int(index), listed, int(bs), float(mean), harvest, source)
             report.plugin_lines += 1
             return
+    if "dspark " not in text:
+        _read_engine_line(report, text, number)
+        return
     why, line = classify(text, path, number)
     if line is None:
         report.quoted += why == "quoted"
@@ -230,4 +272,25 @@ def _read_line(report: LogReport, groups: dict[str | None, Group], text: str, pa
     report.plugin_lines += 1
 
 
-__all__ = ["read_logs", "LogReport", "EXIT_HEALTHY", "EXIT_UNREADABLE", "EXIT_MISALIGNED", "EXIT_COLLAPSE"]
+def _read_engine_line(report: LogReport, text: str, number: int) -> None:
+    """sglang's decode line or vLLM's spec metrics line, into its engine's group."""
+    try:
+        window = engines.parse(text, report.decode_log_interval)
+    except engines.Rejected:
+        engine = "sglang" if engines.SGLANG_MARKER in text else "vllm"
+        report.engine_group(engine, None).rejected += 1
+        raise
+    if window is not None:
+        report.engine_group(window.engine, window.dp).add(window, number)
+        report.engine_lines += 1
+
+
+__all__ = [
+    "read_logs",
+    "LogReport",
+    "EXIT_INCONCLUSIVE",
+    "EXIT_HEALTHY",
+    "EXIT_UNREADABLE",
+    "EXIT_MISALIGNED",
+    "EXIT_COLLAPSE",
+]

@@ -27,9 +27,16 @@ def text(report: dict[str, Any]) -> str:
         "malformed"
         + (f", {report['overlong']} over {MAX_LINE_BYTES} bytes, skipped" if report.get("overlong") else "")
         + ")"
+        + (
+            f", {report['engine_lines']} of other engines' (sglang's decode lines, vLLM's spec metrics)"
+            if report.get("engine_lines")
+            else ""
+        )
     ]
     for group in report["groups"]:
         lines += ["", *_group(group)]
+    for group in report.get("engines", []):
+        lines += ["", *_engine(group)]
     lines += ["", f"verdict: {report['verdict']} (exit {report['exit_code']})"]
     return "\n".join(lines)
 
@@ -69,6 +76,33 @@ def _group(g: dict[str, Any]) -> list[str]:
     if g["host_cost_fraction"] is not None:
         out.append(f"  host cost: at most {100 * g['host_cost_fraction']:.3f}% of a round")
     out.append(f"  verdict: {g['verdict']}: {g['why']}")
+    return out
+
+
+def _engine(g: dict[str, Any]) -> list[str]:
+    """An engine's own lines (sglang's decode lines, vLLM's spec metrics): what they state, the verdict."""
+    name = g["source"] + ("" if g["dp"] is None else f" dp={g['dp']}")
+    mean = g["mean_accept_length"]
+    estimated = (
+        " (estimated: lines x decode batches x running requests)" if g["request_rounds_estimated"] else ""
+    )
+    out = [
+        f"{name}: {g['lines']} lines, {g['rejected_lines']} rejected, gamma "
+        + ("n/a" if g["gamma"] is None else f"{g['gamma']} ({g['gamma_from']})"),
+        f"  request-rounds {g['request_rounds']}{estimated}, mean accept length "
+        + ("n/a" if mean is None else f"{mean:.2f}"),
+        "  per position: "
+        + (
+            " ".join(f"{r:.2f}" for r in g["per_position"])
+            if g["per_position"]
+            else "n/a (not in these lines)"
+        ),
+        "  over time (line: mean): "
+        + (_over_time([{**b, "round": b["line"]} for b in g["over_time"]]) or "n/a"),
+        "  by context length (tokens per running request): "
+        + (", ".join(f"{b['bucket']}: {b['mean_accept_length']:.2f}" for b in g["by_context"]) or "n/a"),
+        f"  verdict: {g['verdict']}: {g['why']}",
+    ]
     return out
 
 
@@ -120,9 +154,19 @@ def plot(report: dict[str, Any], path: str, replace: bool = False) -> None:
             time_ax.axhline(g["alarm_threshold"], color=color, lw=0.6, ls=":")
         rates = g["per_position"] or []
         pos_ax.plot(range(1, len(rates) + 1), rates, "-o", color=color, label=f"{label}: {g['verdict']}")
-    time_ax.set_xlabel("round")
+    shown = len(_plotted(report["groups"]))
+    for i, g in enumerate(report.get("engines", [])[: max(0, PLOTTED_GROUPS - shown)], shown):
+        color, label = f"C{i}", g["engine"] + ("" if g["dp"] is None else f" dp={g['dp']}")
+        every = report.get("decode_log_interval", 1) if g["engine"] == "sglang" else 1
+        xs = [b["line"] * every for b in g["over_time"]]  # sglang: a line every `every` decode batches
+        time_ax.plot(xs, [b["mean_accept_length"] for b in g["over_time"]], "--", color=color, label=label)
+        time_ax.axhline(g["alarm_threshold"], color=color, lw=0.6, ls=":")
+        rates = g["per_position"] or []  # sglang's lines state none
+        if rates:
+            pos_ax.plot(range(1, len(rates) + 1), rates, "--o", color=color, label=f"{label}: {g['verdict']}")
+    time_ax.set_xlabel("round (an engine's lines: sglang's at their decode batch, vLLM's by line)")
     time_ax.set_ylabel("mean accept length")
-    hidden = len(report["groups"]) - PLOTTED_GROUPS
+    hidden = len(report["groups"]) + len(report.get("engines", [])) - PLOTTED_GROUPS
     time_ax.set_title(
         "accept length over time (dashed: alarms; dotted: threshold)"
         + (f"\n{hidden} more groups not drawn (the worst are)" if hidden > 0 else "")

@@ -44,9 +44,13 @@ MATCHED = {
     "dspark-maskfill": "dflash",
     "dspark-maskfill-tensors-head": "dflash",
     "dflash-random": "dflash",  # the census reads its mask-fill config; its weights fit no harvest
+    "dspark-as-dflash": "dspark",  # its config says mask-fill; its weights were trained shifted
 }
 """The harvest each drafter was trained for (for ``dflash-random``: the one its config declares)."""
 RANDOM = "dflash-random"
+MISLABELLED = "dspark-as-dflash"
+"""The shifted drafter's weights under a mask-fill config: served by builtin DFLASH, acceptance collapses
+(the builtins' logs read by ``report``, tests/sglang/test_served.py)."""
 """The drafter with random weights: the probe must find no offset, and advise no override."""
 MASK_FILL_DSPARK = "dspark-maskfill"
 """The mask-fill drafter with a DSpark architecture and a Markov head: DSPARK serves it with
@@ -138,6 +142,8 @@ RUNS: dict[str, Run] = {
         Run("plugin-forced-dspark/dspark", PLUGIN, "dspark", harvest="dspark"),
         Run("plugin-forced-dflash/dspark", PLUGIN, "dspark", harvest="dflash"),
         Run("plugin/dflash-random", PLUGIN, RANDOM),
+        # no case: its log is what report reads of a builtin's collapse (test_served.py)
+        Run("builtin-DFLASH/dspark-as-dflash", "DFLASH", MISLABELLED),
     )
 }
 
@@ -322,6 +328,18 @@ def tensors_head_variant(mask_fill_drafter: Path, out: Path) -> Path:
     return out
 
 
+def mislabelled_variant(shifted_drafter: Path, mask_fill_drafter: Path, out: Path) -> Path:
+    """The shifted drafter's weights under the mask-fill drafter's config.json (same tensor names and
+    shapes): a DSpark-trained checkpoint exported with a DFlash config, the postmortem's case. sglang's
+    builtin DFLASH loads it and harvests rows 1..b-1 from a drafter trained on rows 0..b-1."""
+    import shutil
+
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(mask_fill_drafter / "config.json", out / "config.json")
+    shutil.copyfile(shifted_drafter / "model.safetensors", out / "model.safetensors")
+    return out
+
+
 def random_weights_variant(drafter: Path, out: Path, seed: int = 0) -> Path:
     """Copy ``drafter``'s config.json with freshly initialised weights of the same names and shapes
     (the reference engine's own initialisation, seeded): a checkpoint the census reads as ``drafter``,
@@ -381,6 +399,9 @@ def drafter_folders(embedded_root: Path, workdir: Path) -> dict[str, Path]:
         folders[MASK_FILL_DSPARK], workdir / f"drafter-{MASK_FILL_TENSORS_HEAD}"
     )
     folders[RANDOM] = random_weights_variant(folders["dflash"], workdir / f"drafter-{RANDOM}")
+    folders[MISLABELLED] = mislabelled_variant(
+        folders["dspark"], folders["dflash"], workdir / f"drafter-{MISLABELLED}"
+    )
     for drafter in sorted({run.drafter for run in RUNS.values() if run.bundled}):
         key = bundled_key(drafter)
         folders[key] = bundled_target(embedded_root / "target", folders[drafter], workdir / key)

@@ -168,6 +168,42 @@ def test_concurrent_requests_are_lossless(run_name, served, greedy):
     assert_checks(sc.check_concurrent(got, greedy))
 
 
+@pytest.mark.parametrize(
+    "run_name, verdict",
+    [("builtin-DFLASH/dflash", "healthy"), ("builtin-DFLASH/dspark-as-dflash", "collapse")],
+)
+def test_report_reads_the_builtins_own_decode_lines_into_a_verdict(run_name, verdict, served, tmp_path):
+    """``dspark-harvest report`` on a log sglang's builtin DFLASH wrote (no plugin line in it): its decode
+    lines (``accept len: ...``) are read, each weighed by its running requests; the mean is near the
+    requests' own figure (sglang's meta_info: tokens over verify rounds; within 0.3, since the rounds
+    after the last line are in no line); and the verdict follows: the matched drafter healthy, the
+    mislabelled export (a shifted drafter under a mask-fill config) collapsed, with the next step named."""
+    import re
+
+    from sglang_dspark_plugin.logreport import VERDICT_CODES, read_logs
+
+    got = served(run_name)
+    log = tmp_path / "builtin.log"
+    log.write_text(got.log)
+    assert "dspark accept" not in got.log and "accept len: " in got.log
+    report = read_logs([str(log)]).to_json()
+    (group,) = report["engines"]
+    decode_lines = got.log.count("Decode batch, #running-req: ")
+    assert group["engine"] == "sglang" and group["lines"] == decode_lines > 0 and group["rejected_lines"] == 0
+    stated = [
+        (int(r), float(m)) for r, m in re.findall(r"#running-req: (\d+), .*?accept len: ([\d.]+),", got.log)
+    ]
+    assert group["mean_accept_length"] == pytest.approx(
+        sum(r * m for r, m in stated) / sum(r for r, _ in stated)
+    )
+    tokens = sum(int(m["completion_tokens"]) for m in got.metas)
+    rounds = sum(int(m["spec_verify_ct"]) for m in got.metas)
+    assert group["mean_accept_length"] == pytest.approx(tokens / rounds, abs=0.3)
+    assert (report["verdict"], report["exit_code"]) == (verdict, VERDICT_CODES[verdict])
+    if verdict == "collapse":
+        assert "dspark-harvest check" in group["why"] and "no per-position rates" in group["why"]
+
+
 def test_launch_server_discovers_the_plugin_and_serves_http(drafters, prompts, greedy):
     """The user's command: ``python -m sglang.launch_server ... --speculative-algorithm DSPARK_HARVEST``;
     sglang finds the plugin through its entry point in the server's own processes."""
