@@ -34,7 +34,7 @@ from sglang_dspark_plugin.logreport import read_logs  # noqa: E402
 PREFIX = "[2026-12-03 10:00:00 TP0] "
 SGLANG = (
     PREFIX + "Decode batch, #running-req: 12, #token: 30412, token usage: 0.12, accept len: 2.91, "
-    "gen throughput (token/s): 812.33, #queue-req: 0\n"
+    "accept rate: 0.27, cuda graph: True, gen throughput (token/s): 812.33, #queue-req: 0\n"
 )
 QUOTED = (
     PREFIX + "Receive: obj=GenerateReqInput(text='dspark accept round=1 bs=1 accept_len=[1] mean=1.00 "

@@ -46,7 +46,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
 def test_the_wheel_ships_the_models_the_configs_and_the_entry_points(wheel: zipfile.ZipFile) -> None:
     names = set(wheel.namelist())
     package = ROOT / "sglang_dspark_plugin"
-    for shipped in [*(package / "embedded").rglob("*"), *(package / "configs").glob("*.yaml")]:
+    for shipped in [*(package / "embedded").rglob("*"), *(package / "configs").glob("*.*")]:
         if shipped.is_file() and "__pycache__" not in shipped.parts:
             assert shipped.relative_to(ROOT).as_posix() in names, shipped
     assert "sglang_dspark_plugin/py.typed" in names
@@ -114,7 +114,8 @@ def test_the_configs_command_finds_the_shipped_files(capsys: pytest.CaptureFixtu
 
     assert main(["configs"]) == 0
     paths = [Path(line) for line in capsys.readouterr().out.splitlines()]
-    assert {p.name for p in paths} == {p.name for p in (ROOT / "configs").glob("*.yaml")} and len(paths) == 3
+    # the three sglang --config files and the Grafana dashboard
+    assert {p.name for p in paths} == {p.name for p in (ROOT / "configs").glob("*.*")} and len(paths) == 4
     assert all(p.is_file() and "sglang_dspark_plugin" in p.parts for p in paths)
     assert main(["configs", "dspark_harvest.yaml"]) == 0
     assert Path(capsys.readouterr().out.strip()).name == "dspark_harvest.yaml"

@@ -1,6 +1,7 @@
-"""``dspark-harvest configs [NAME]``: where the shipped sglang ``--config`` files are installed.
+"""``dspark-harvest configs [NAME]``: where the shipped sglang ``--config`` files (and the Grafana
+dashboard, ``dspark_harvest_grafana.json``) are installed.
 
-The YAML files live inside the package (``sglang_dspark_plugin/configs``; a checkout's ``configs/`` points
+The files live inside the package (``sglang_dspark_plugin/configs``; a checkout's ``configs/`` points
 there), so an installed package has them too::
 
     python -m sglang.launch_server --config "$(dspark-harvest configs dspark_harvest.yaml)" ...
@@ -20,8 +21,8 @@ CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
 
 def shipped() -> dict[str, Path]:
-    """Every shipped config file, by file name."""
-    return {path.name: path for path in sorted(CONFIGS.glob("*.yaml"))}
+    """Every shipped file, by file name: the sglang --config YAMLs and the Grafana dashboard."""
+    return {path.name: path for path in sorted([*CONFIGS.glob("*.yaml"), *CONFIGS.glob("*.json")])}
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -29,7 +30,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = add_command(
         subparsers,
         "configs",
-        help="print the installed path of the shipped sglang --config files",
+        help="print the installed path of the shipped sglang --config files and Grafana dashboard",
         description=(
             "Print the full path of each sglang --config YAML file shipped with the package, or of the "
             'one named, for use as: python -m sglang.launch_server --config "$(dspark-harvest configs '

@@ -64,7 +64,8 @@ class WorkerRounds:
             probe=probe,
         )
         queue = DeferredRounds(telemetry, probe, settings.defer_rounds)
-        work = plugin_work(settings, dp_tag, logger)
+        exported = telemetry.metrics
+        work = plugin_work(settings, dp_tag, logger, None if exported is None else exported.set_host_cost)
         logger.info(
             "DSPARK_HARVEST worker %s%s: harvest=%s (%s), block_size=%d, gamma=%d, verify_window=%d, "
             "harvested rows %s",

@@ -42,8 +42,10 @@ class HostCost:
         logger: logging.Logger | None = None,
         clock: Callable[[], int] = time.perf_counter_ns,
         dp_tag: str = "",
+        on_window: Callable[[dict[str, float]], None] | None = None,
     ) -> None:
         self.every = max(1, int(every))
+        self.on_window = on_window  # given each logged window's figures (the Prometheus gauge)
         self.logger = logger if logger is not None else safe_logger(ACCEPT_LOGGER)
         self.clock, self.dp_tag = clock, dp_tag
         self.plugin_ns = 0  # in the current window
@@ -96,6 +98,8 @@ class HostCost:
             figures["plugin_fraction"],
             self.dp_tag,
         )
+        if self.on_window is not None:
+            self.on_window(figures)
         self.plugin_ns, self.rounds, self.intervals = 0, 0, []
 
 
@@ -130,11 +134,17 @@ class PluginWork:
             self.cost.end_round()
 
 
-def plugin_work(settings: Any, dp_tag: str = "", logger: logging.Logger | None = None) -> PluginWork | None:
+def plugin_work(
+    settings: Any,
+    dp_tag: str = "",
+    logger: logging.Logger | None = None,
+    on_window: Callable[[dict[str, float]], None] | None = None,
+) -> PluginWork | None:
     """What a worker enters around its per-round work (``TelemetrySettings``): ``None`` on a normal
     server, or a ``PluginWork`` that times it (``MEMRA_DSPARK_HOST_TIMING``, one line per
-    ``host_cost_every`` rounds) and, on a CUDA device, runs it under the sync debug mode "error"
-    (``MEMRA_DSPARK_SYNC_DEBUG``; without a CUDA device ``logger`` says so and nothing is checked)."""
+    ``host_cost_every`` rounds, each window also handed to ``on_window``) and, on a CUDA device, runs
+    it under the sync debug mode "error" (``MEMRA_DSPARK_SYNC_DEBUG``; without a CUDA device ``logger``
+    says so and nothing is checked)."""
     sync_mode = None
     if settings.sync_debug:
         import torch
@@ -143,7 +153,11 @@ def plugin_work(settings: Any, dp_tag: str = "", logger: logging.Logger | None =
             sync_mode = (torch.cuda.get_sync_debug_mode, torch.cuda.set_sync_debug_mode)
         elif logger is not None:
             logger.info("DSPARK_HARVEST: MEMRA_DSPARK_SYNC_DEBUG is on but there is no CUDA device: no check")
-    cost = HostCost(settings.host_cost_every, dp_tag=dp_tag) if settings.host_timing else None
+    cost = (
+        HostCost(settings.host_cost_every, dp_tag=dp_tag, on_window=on_window)
+        if settings.host_timing
+        else None
+    )
     return None if cost is None and sync_mode is None else PluginWork(cost, sync_mode)
 
 

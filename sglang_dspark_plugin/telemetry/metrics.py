@@ -41,6 +41,14 @@ def _gauges(prometheus_client: Any, target: Any, labels: list[str]) -> dict[str,
         "held": gauge(
             "dspark_harvest_probe_requests_held", "Requests the live probe holds now (0 on an idle server)."
         ),
+        "host_cost": prometheus_client.Gauge(
+            "dspark_harvest_host_cost_fraction",
+            "The plugin's host time per round over the median round time, last window "
+            "(MEMRA_DSPARK_HOST_TIMING on; the highest of the live processes).",
+            labels,
+            multiprocess_mode="livemax",
+            registry=target,
+        ),
         "queued": gauge(
             "dspark_harvest_queued_steps",
             "Round steps the last run of the plugin's round queue held (bounded by 2 x "
@@ -217,6 +225,7 @@ class PrometheusMetrics:
         self._c_alarms = child("alarms")
         self._c_invalid = child("invalid")
         self._c_swept, self._g_held, self._g_queued = child("swept"), child("held"), child("queued")
+        self._g_host_cost = child("host_cost")
         self._swept_pushed = 0
         self._families, self._context = families, None
         self._context_children: list[tuple[Any, Any]] = []
@@ -259,6 +268,10 @@ class PrometheusMetrics:
             tokens.inc(n_tokens - before_tokens)
             now.append((n_reqs, n_tokens))
         self._context_pushed = now
+
+    def set_host_cost(self, figures: Mapping[str, float]) -> None:
+        """The host-cost window just logged (``HostCost.flush``): its ``plugin_fraction``."""
+        self._g_host_cost.set(figures["plugin_fraction"])
 
     def set_harvest(self, harvest: str, source: str) -> None:
         """Set the harvest info gauge (one label set at 1)."""

@@ -35,6 +35,7 @@ from sglang_dspark_plugin.logreport import read_logs  # noqa: E402
 
 LOAD_NEW_TOKENS = 24
 ENV = {"MEMRA_DSPARK_SUMMARY_EVERY": "10", "MEMRA_DSPARK_CONTEXT_BUCKETS": "64,128"}
+LOAD_ENV = {**ENV, "MEMRA_DSPARK_HOST_TIMING": "1"}  # the host-cost gauge the dashboard shows
 READY = "The server is fired up and ready to roll!"
 
 
@@ -118,10 +119,14 @@ def _rounds(log: str) -> dict[str, Any]:
     return group
 
 
+def _exposition(url: str) -> str:
+    with urllib.request.urlopen(url + "/metrics", timeout=60) as r:
+        return str(r.read().decode())
+
+
 def _metrics(url: str) -> dict[str, float]:
     """The plugin's Prometheus samples, ``name{labels}`` -> value, summed over processes."""
-    with urllib.request.urlopen(url + "/metrics", timeout=60) as r:
-        text = r.read().decode()
+    text = _exposition(url)
     values: dict[str, float] = {}
     for name, labels, value in re.findall(r"^(dspark_harvest_\w+)(\{[^}]*\})? ([0-9.e+-]+)$", text, re.M):
         key = name + re.sub(r',?\w+="[^"]*pid[^"]*"', "", labels or "")  # sglang's pid label, if any
@@ -173,7 +178,7 @@ def _settled(url: str, read_log: Any, algorithm: str) -> None:
 
 def _serve_load(algorithm: str, prompts: list[list[int]]) -> dict[str, Any]:
     """The load on one server: phase A (nothing aborted), phase B (dropped streams alongside)."""
-    with launch_server(_args(algorithm), env=ENV) as (url, read_log, _):
+    with launch_server(_args(algorithm), env=LOAD_ENV) as (url, read_log, _):
         _wait_ready(read_log)
         start_a = len(read_log())
         long_prompts = [(prompts[i] * 8)[:200] for i in range(2)]  # past the 128-token bucket
@@ -194,6 +199,7 @@ def _serve_load(algorithm: str, prompts: list[list[int]]) -> dict[str, Any]:
         held, swept = _held(url)
         return {
             "metrics": _metrics(url),
+            "exposition": _exposition(url),
             "a": answers_a,
             "b": answers_b,
             "malformed": malformed,
@@ -214,9 +220,14 @@ def _verify_rounds(answers: list[dict[str, Any]]) -> int:
     return sum(a["meta_info"].get("spec_verify_ct", 0) for a in answers)
 
 
-def test_load(prompts):
-    plugin = _serve_load(sc.PLUGIN, prompts)
-    builtin = _serve_load("DFLASH", prompts)
+@pytest.fixture(scope="module")
+def loaded(prompts) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The load on a DSPARK_HARVEST server and on the builtin it resolves to, served once."""
+    return _serve_load(sc.PLUGIN, prompts), _serve_load("DFLASH", prompts)
+
+
+def test_load(loaded, prompts):
+    plugin, builtin = loaded
     # the same tokens as the builtin, for every completed request
     assert _outputs(plugin["a"]) == _outputs(builtin["a"])
     assert _outputs(plugin["b"]) == _outputs(builtin["b"])
@@ -244,6 +255,19 @@ def test_load(prompts):
     whole = _rounds(plugin["log"])
     assert whole["alarms_replayed"] == 0 and whole["alarms_logged"] == []
     assert "dspark probe: drafts one position" not in plugin["log"]
+
+
+def test_the_dashboard_queries_what_a_launch_exports(loaded):
+    """Every series each panel of the shipped Grafana dashboard queries (the plugin's and sglang's own),
+    parsed with a real PromQL parser, is in the loaded server's ``/metrics``, with every label the query
+    groups by, matches on or shows in its legend."""
+    from dashboard_queries import misses, queries
+
+    plugin, _ = loaded
+    exposition = plugin["exposition"]
+    assert "dspark_harvest_host_cost_fraction" in exposition and "sglang:spec_accept_length" in exposition
+    assert misses(exposition) == [], exposition[-3000:]
+    assert len(queries()) >= 10
 
 
 def _serve_pressed(algorithm: str, prompts: list[list[int]], new_tokens: int) -> dict[str, Any]:
