@@ -17,6 +17,7 @@ from typing import Any
 
 from ..census.architectures import SGLANG_BUNDLED_DSPARK, SGLANG_DENSE_DSPARK, SGLANG_DSPARK_ARM
 from ..census.draft_config import DflashCfg
+from ..census.markov import HEAD_KEY_SPELLINGS
 from .layout import DSPARK, Layout
 
 DFLASH_MODEL = "DFlashDraftModel"
@@ -69,23 +70,23 @@ def set_config_value(config: Any, key: str, value: Any) -> None:
 
 
 def write_head(config: Any, head: ServedHead) -> None:
-    """Write the head's rank and type into every spelling sglang's parse reads, and the top level the
-    model builds its head from: the prefixed key, then ``dspark_config`` (0.5.23 merges ``dflash_config``
-    under it), then ``text_config``, then the top level."""
+    """Write the head's rank and type into every spelling sglang's parse reads that the config holds
+    (``census.markov.HEAD_KEY_SPELLINGS``, in sglang's order: the list the census and the engine read),
+    and always into the top level the model builds its head from."""
     rank, head_type = head.parsed
-    set_config_value(config, "markov_rank", rank)
-    set_config_value(config, "markov_head_type", head_type)
-    if config_value(config, "dspark_markov_rank") is not None:
-        set_config_value(config, "dspark_markov_rank", rank)
-        set_config_value(config, "dspark_markov_head_type", head_type)
-    for key in ("dspark_config", "dflash_config"):
-        nested = config_value(config, key)
-        if isinstance(nested, dict) and ("markov_rank" in nested or "markov_head_type" in nested):
-            set_config_value(config, key, {**nested, "markov_rank": rank, "markov_head_type": head_type})
-    text = config_value(config, "text_config")
-    if text is not None and text is not config and config_value(text, "markov_rank") is not None:
-        set_config_value(text, "markov_rank", rank)
-        set_config_value(text, "markov_head_type", head_type)
+    for section, pattern in HEAD_KEY_SPELLINGS:
+        keys = {pattern.format(key="markov_rank"): rank, pattern.format(key="markov_head_type"): head_type}
+        holder = config
+        if section:
+            holder = config_value(config, section[0])
+            if holder is None or holder is config:
+                continue
+        if isinstance(holder, dict) and holder is not config:  # a nested dict: replaced whole
+            if any(k in holder for k in keys):
+                set_config_value(config, section[0], {**holder, **keys})
+        elif (pattern == "{key}" and not section) or any(config_value(holder, k) is not None for k in keys):
+            for k, v in keys.items():
+                set_config_value(holder, k, v)
 
 
 def rewrite_config(route: DraftRoute, config: Any, parsed_head: tuple[int, str], parsed_mask: Any) -> None:
