@@ -18,7 +18,9 @@ first window, the engine's warm-up, left out). Probe modes:
 
 * ``default``: the probe's default schedule in steady state (``MEMRA_DSPARK_PROBE_ROUNDS=0``: every
   ``MEMRA_DSPARK_PROBE_EVERY``-th round, 16, from the start instead of after the first 200 rounds);
-* ``every``: the probe sampling every round, its worst case.
+* ``every``: the probe sampling every round, its worst case;
+* ``no-request-log``: ``default`` with the per-request line off (``MEMRA_DSPARK_REQUEST_LOG=0``), run
+  beside ``default`` (``--modes default,no-request-log``) for what the line costs.
 
 Targets: at most 2% (default) and 5% (every) of sglang's own host time, the interval's upper bound.
 
@@ -39,10 +41,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_served as bs
 
 sc = bs.sc
-TARGETS = {"default": 0.02, "every": 0.05}
+TARGETS = {"default": 0.02, "every": 0.05, "no-request-log": 0.02}
 PROBE_ENV = {
     "default": {"MEMRA_DSPARK_PROBE_ROUNDS": "0"},
     "every": {"MEMRA_DSPARK_PROBE_ROUNDS": str(10**9)},
+    # the default with the per-request line off: beside "default", what the line costs
+    "no-request-log": {"MEMRA_DSPARK_PROBE_ROUNDS": "0", "MEMRA_DSPARK_REQUEST_LOG": "0"},
 }
 SGLANG_LINE = re.compile(
     r"dspark-bench sglang rounds=(\d+) interval_us_median=([0-9.]+) forward_us_median=([0-9.]+) "

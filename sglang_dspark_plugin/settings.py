@@ -294,6 +294,14 @@ HOST_TIMING = Setting(
     "time the plugin's own host work per verify round and log it, as a fraction of the round time, "
     "with every summary (docs/telemetry.md)",
 )
+REQUEST_LOG = Setting(
+    "MEMRA_DSPARK_REQUEST_LOG",
+    "flag",
+    True,
+    "1, 0, on, off, true, false, yes, no (ASCII, case-insensitive)",
+    "one line per finished request (its verify rounds, accepted drafts, accept length, context at its "
+    "first and last round) and the per-request accept-length histogram (docs/telemetry.md)",
+)
 SYNC_DEBUG = Setting(
     "MEMRA_DSPARK_SYNC_DEBUG",
     "flag",
@@ -318,6 +326,7 @@ SETTINGS: tuple[Setting, ...] = (
     CONTEXT_BUCKETS,
     DEFER_ROUNDS,
     HOST_TIMING,
+    REQUEST_LOG,
     SYNC_DEBUG,
 )
 """Every ``MEMRA_DSPARK_*`` variable the package reads."""
@@ -370,6 +379,7 @@ __all__ = [
     "CONTEXT_BUCKETS",
     "DEFER_ROUNDS",
     "HOST_TIMING",
+    "REQUEST_LOG",
     "SYNC_DEBUG",
     "check_fields",
     "read_setting",

@@ -70,6 +70,55 @@ class Timeline:
         ]
 
 
+WORST_REQUESTS = 10
+MIN_WORST_ROUNDS = 4
+"""Rounds a request needs before it can be listed among the worst (a one-round request says little)."""
+REQUEST_BINS = (1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0)
+"""Upper bounds of the report's per-request accept-length distribution (one more bin beyond the last)."""
+
+
+class Requests:
+    """The per-request lines of a group: how many, their accept-length distribution, the worst few
+    (lowest accept length among those with ``MIN_WORST_ROUNDS``): bounded whatever the log."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.rejected = 0  # accept_len disagreeing with rounds and accepted_drafts
+        self.bins = [0] * (len(REQUEST_BINS) + 1)
+        self.rounds = 0
+        self.accepted = 0
+        self.worst: list[tuple[float, int, str, int, int]] = []  # (accept_len, -rounds, rid, rounds, line)
+
+    def add(self, f: dict[str, str], number: int) -> None:
+        rounds, accepted, mean = int(f["rounds"]), int(f["accepted"]), float(f["mean"])
+        if rounds < 1 or abs(1.0 + accepted / rounds - mean) > 0.0051:
+            self.rejected += 1
+            return
+        self.count += 1
+        self.rounds += rounds
+        self.accepted += accepted
+        self.bins[sum(mean > b for b in REQUEST_BINS)] += 1
+        if rounds >= MIN_WORST_ROUNDS:
+            self.worst.append((mean, -rounds, f["rid"], rounds, number))
+            if len(self.worst) > 4 * WORST_REQUESTS:
+                self.worst = sorted(self.worst)[:WORST_REQUESTS]
+
+    def to_json(self) -> dict[str, Any]:
+        names = [f"<={b:g}" for b in REQUEST_BINS] + [f">{REQUEST_BINS[-1]:g}"]
+        return {
+            "requests": self.count,
+            "rejected_lines": self.rejected,
+            "mean_accept_length": None if not self.rounds else 1.0 + self.accepted / self.rounds,
+            "distribution": [
+                {"accept_length": n, "requests": c} for n, c in zip(names, self.bins, strict=True)
+            ],
+            "worst": [
+                {"rid": rid, "rounds": rounds, "accept_length": mean, "line": line}
+                for mean, _, rid, rounds, line in sorted(self.worst)[:WORST_REQUESTS]
+            ],
+        }
+
+
 @dataclass
 class Group:
     """What one group's lines add up to."""
@@ -102,12 +151,17 @@ class Group:
     context_buckets: list[str] | None = None  # the server's buckets, from its startup line
     pending_lengths: int = 0
     geometry_errors: int = 0
+    requests: Requests = field(default_factory=Requests)  # the per-request lines
 
     # ------------------------------------------------------------------ feeding lines
 
     def feed(self, line: Line) -> None:
         """Take one trusted line of this group's."""
         getattr(self, f"_{line.kind}")(line)
+
+    def _request(self, line: Line) -> None:
+        self._tag(line.fields)
+        self.requests.add(line.fields, line.number)
 
     def _tag(self, f: dict[str, str]) -> None:
         self.harvest, self.source = f.get("harvest", self.harvest), f.get("source", self.source)

@@ -60,6 +60,11 @@ HOST_COST = re.compile(
     _PREFIX + r"dspark host cost rounds=(?P<rounds>\d{1,15}) plugin_us_per_round=(?P<us>[\d.]{1,20}) "
     r"round_us_median=(?P<round_us>[\d.]{1,20}) plugin_fraction=(?P<fraction>[\d.]{1,20})" + _DP
 )
+REQUEST = re.compile(
+    _PREFIX + r"dspark accept request rid=(?P<rid>[A-Za-z0-9._:%-]{1,300}) rounds=(?P<rounds>\d{1,12}) "
+    r"accepted_drafts=(?P<accepted>\d{1,15}) accept_len=(?P<mean>\d{1,6}\.\d\d) "
+    r"context_first=(?P<first>\d{1,12}) context_last=(?P<last>\d{1,12}) " + _TAG + _DP
+)
 CONTEXT_ALARM = re.compile(_PREFIX + r"dspark accept ALARM \(context\): (?P<rest>.{1,4000}?)" + _DP)
 GEOMETRY = re.compile(_PREFIX + r"dspark accept round=\d{1,15}: accepted-draft counts .{0,2000}$")
 PATTERNS = (
@@ -70,6 +75,7 @@ PATTERNS = (
     ("context_alarm", CONTEXT_ALARM),
     ("probe", PROBE),
     ("host_cost", HOST_COST),
+    ("request", REQUEST),
     ("geometry", GEOMETRY),
 )
 

@@ -73,6 +73,21 @@ def _group(g: dict[str, Any]) -> list[str]:
             f"  live state (last summary): {g['held_requests_last']} requests held by the probe, "
             f"{g['swept_requests']} dropped by its stale sweep"
         )
+    requests = g.get("per_request") or {}
+    if requests.get("requests"):
+        spread = ", ".join(
+            f"{b['accept_length']}: {b['requests']}" for b in requests["distribution"] if b["requests"]
+        )
+        out.append(
+            f"  requests: {requests['requests']} finished, mean accept length "
+            f"{requests['mean_accept_length']:.2f}; by accept length {spread}"
+        )
+        worst = ", ".join(
+            f"{printable(w['rid'], 40)} {w['accept_length']:.2f} ({w['rounds']} rounds, line {w['line']})"
+            for w in requests["worst"][:5]
+        )
+        if worst:
+            out.append(f"  worst requests: {worst}")
     if g["host_cost_fraction"] is not None:
         out.append(f"  host cost: at most {100 * g['host_cost_fraction']:.3f}% of a round")
     out.append(f"  verdict: {g['verdict']}: {g['why']}")

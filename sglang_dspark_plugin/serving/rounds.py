@@ -27,7 +27,7 @@ NO_WORK = None
 class WorkerRounds:
     """The per-round work of the telemetry rank of one attention group."""
 
-    __slots__ = ("telemetry", "probe", "queue", "work", "by_context", "counts")
+    __slots__ = ("telemetry", "probe", "queue", "work", "by_context", "per_request", "counts")
 
     def __init__(
         self, telemetry: AcceptTelemetry, probe: LiveProbe, queue: DeferredRounds, work: Any
@@ -35,6 +35,7 @@ class WorkerRounds:
         self.telemetry, self.probe, self.queue = telemetry, probe, queue
         self.work: PluginWork | None = work  # entered around the round's work where timed or checked
         self.by_context = telemetry.by_context is not None  # context lengths are read each round
+        self.per_request = telemetry.requests is not None  # request ids too (the per-request lines)
         self.counts: list[int] | None = None  # this round's counts, until sglang resolved the round
 
     @classmethod
@@ -114,12 +115,17 @@ class WorkerRounds:
         if len(counts) != len(reqs):  # not this batch's: counted whole, no buckets rather than wrong ones
             self.queue.round(counts, None, None)
             return
+        rids = [r.rid for r in reqs] if self.per_request else None
         if not all(live):
             counts = [n for n, keep in zip(counts, live, strict=True) if keep]
             if contexts is not None:
                 contexts = [c for c, keep in zip(contexts, live, strict=True) if keep]
+            if rids is not None:
+                rids = [rid for rid, keep in zip(rids, live, strict=True) if keep]
         # a round of requests that had all finished: the probe skips it as the telemetry does
-        self.queue.round(counts, contexts, _snapshot if counts else None, batch, live, committed, result)
+        self.queue.round(
+            counts, contexts, _snapshot if counts else None, batch, live, committed, result, rids=rids
+        )
 
 
 def _snapshot(sampled: bool, batch: Any, live: list[bool], committed: Any, result: Any) -> Any:

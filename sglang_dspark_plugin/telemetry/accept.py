@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ from .context import ContextCounts, context_alarm_message
 from .counts import AcceptCounts
 from .logline import RoundLineEmitter
 from .metrics import PrometheusMetrics
+from .requests import RequestAcceptance
 from .settings import ACCEPT_LOGGER, DEFAULT_ALARM_THRESHOLD, TelemetrySettings, level_name
 
 MISALIGNED = ("late", "early", "neither")
@@ -82,6 +83,12 @@ class AcceptTelemetry:
         self._invalid_reported = False
         self._t0: float | None = None
         self._last_summary = (0, 0, 0)  # (rounds, request_rounds, accepted) at the previous summary
+        observe = None if metrics is None else metrics.observe_request
+        self.requests = (  # one line per finished request (``requests``)
+            RequestAcceptance(self.logger, f" harvest={self.tag}{self.dp_tag}", observe=observe)
+            if s.request_log
+            else None
+        )
         if metrics is not None:
             metrics.set_harvest(self.harvest, source)
             if self.by_context is not None:
@@ -103,11 +110,16 @@ class AcceptTelemetry:
         return cls(gamma, r.harvest, r.source, r.evidence, settings, metrics, clock, **options)
 
     def on_verify_complete(
-        self, counts: Sequence[int], at: float | None = None, contexts: Sequence[int] | None = None
+        self,
+        counts: Sequence[int],
+        at: float | None = None,
+        contexts: Sequence[int] | None = None,
+        rids: Sequence[Hashable] | None = None,
     ) -> bool:
         """Count one verify round from the per-request accepted-draft counts (host ints, no sync);
         ``at``: the round's ``time.time()`` where it is counted later (``DeferredRounds``);
-        ``contexts``: each request's tokens at the anchor (acceptance by context length). Returns False
+        ``contexts``: each request's tokens at the anchor (acceptance by context length); ``rids``: each
+        request's id (the per-request line, at ``finish_request``). Returns False
         for a round left out of the statistics.
 
         Counts outside [0, gamma] mean the scheduler's verify width disagrees with this geometry: the
@@ -124,6 +136,8 @@ class AcceptTelemetry:
             return False
         if contexts is not None and self.by_context is not None:
             self.by_context.add(counts, contexts)
+        if rids is not None and self.requests is not None and len(rids) == bs:
+            self.requests.add(rids, counts, None if contexts is None or len(contexts) != bs else contexts)
         # the per-round line
         level = self.settings.accept_log_level
         if level is not None and self.logger.isEnabledFor(level):
@@ -142,6 +156,11 @@ class AcceptTelemetry:
         if self.metrics is not None:
             self.metrics.maybe_sync(self.counts, self.alarm.fired, self._probe_counts(), self.live_state)
         return True
+
+    def finish_request(self, rid: Hashable) -> None:
+        """sglang reported ``rid`` finished: its per-request line (``MEMRA_DSPARK_REQUEST_LOG``)."""
+        if self.requests is not None:
+            self.requests.finish(rid)
 
     def _invalid_round(self, index: int, counts: Sequence[Any]) -> None:
         """The ERROR line for the first round with a count (the first offenders) outside [0, gamma]."""

@@ -84,6 +84,7 @@ class DeferredRounds:
         contexts: Sequence[int] | None,
         read: Callable[..., RoundSnapshot] | None,
         *args: Any,
+        rids: Sequence[Hashable] | None = None,
     ) -> bool:
         """One round, queued: the accepted-draft counts of the requests sglang counts (what
         ``on_verify_complete`` takes), stamped with the time now, with their context lengths at the
@@ -92,11 +93,12 @@ class DeferredRounds:
         round's snapshot as ``observe_round`` takes it (``requests, committed, rows, accept, block``;
         rows, accept and block counts only where ``sampled``), called only where the probe needs the
         requests (a function and its arguments, not a closure: nothing is built for a round the probe
-        skips). The queue runs once ``every`` rounds are queued. Returns whether the round is sampled."""
+        skips). ``rids``: the counted requests' ids (the per-request lines). The queue runs once
+        ``every`` rounds are queued. Returns whether the round is sampled."""
         ops = self._ops
         self._live, self._finished = len(values), 0
         if values:
-            ops.append((_VERIFY, (values, self.clock(), contexts)))
+            ops.append((_VERIFY, (values, self.clock(), contexts, rids)))
             self._rounds += 1
         probe, sampled = self.probe, False
         if probe is not None and read is not None:
@@ -112,7 +114,7 @@ class DeferredRounds:
     def finish(self, rid: Hashable) -> None:
         """``rid`` has ended (sglang's end-of-request hook): queued; the queue runs once every request
         the last round counted has ended (the batch drained)."""
-        if self.probe is not None:
+        if self.probe is not None or self.telemetry.requests is not None:
             self._ops.append((_FINISH, rid))
         self._finished += 1
         if self._finished >= self._live:
@@ -132,7 +134,7 @@ class DeferredRounds:
         try:
             for kind, arg in ops:
                 if kind == _VERIFY:
-                    telemetry.on_verify_complete(arg[0], at=arg[1], contexts=arg[2])
+                    telemetry.on_verify_complete(arg[0], at=arg[1], contexts=arg[2], rids=arg[3])
                 elif kind == _PROBE:
                     alarm_low, snapshot = arg
                     probe.begin_round(alarm_low=alarm_low)  # type: ignore[union-attr]
@@ -140,7 +142,9 @@ class DeferredRounds:
                         observe_round(probe, *snapshot)  # type: ignore[arg-type]
                     probe.poll()  # type: ignore[union-attr]
                 else:
-                    probe.finish(arg)  # type: ignore[union-attr]
+                    if probe is not None:
+                        probe.finish(arg)
+                    telemetry.finish_request(arg)
         finally:
             self._alarm_low = telemetry.alarm.low()
             self._sampled_queued = False

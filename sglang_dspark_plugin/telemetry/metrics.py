@@ -121,6 +121,14 @@ def _metric_families(prometheus_client: Any, registry: Any, names: tuple[str, ..
                 "dspark_harvest_probe_swept_requests",
                 "Requests the live probe's stale sweep dropped (sglang never reported them finished).",
             ),
+            "request_accept": prometheus_client.Histogram(
+                "dspark_harvest_request_accept_length",
+                "Accept length of each finished request (1 + accepted drafts / its verify rounds; "
+                "MEMRA_DSPARK_REQUEST_LOG).",
+                labels,
+                buckets=REQUEST_BUCKETS,
+                registry=target,
+            ),
             **_gauges(prometheus_client, target, labels),
         }
     except ValueError as exc:  # the names exist in this registry already, under other label names
@@ -133,6 +141,10 @@ def _metric_families(prometheus_client: Any, registry: Any, names: tuple[str, ..
     _FAMILIES[key] = (target, families)
     return families
 
+
+REQUEST_BUCKETS = (1.0, 1.1, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0)
+"""Upper bounds of the per-request accept-length histogram: fine near 1 (a collapsed request), coarser
+up to the widest published blocks."""
 
 OWN_LABELS = ("context", "position", "offset", "harvest", "source")
 """The label names the plugin's own series carry: a constant label of one of these names would be
@@ -226,6 +238,7 @@ class PrometheusMetrics:
         self._c_invalid = child("invalid")
         self._c_swept, self._g_held, self._g_queued = child("swept"), child("held"), child("queued")
         self._g_host_cost = child("host_cost")
+        self._h_request = child("request_accept")
         self._swept_pushed = 0
         self._families, self._context = families, None
         self._context_children: list[tuple[Any, Any]] = []
@@ -268,6 +281,11 @@ class PrometheusMetrics:
             tokens.inc(n_tokens - before_tokens)
             now.append((n_reqs, n_tokens))
         self._context_pushed = now
+
+    def observe_request(self, accept_length: float) -> None:
+        """A finished request's accept length, into the histogram (a histogram observes at once: one
+        call per finished request, off the round's path)."""
+        self._h_request.observe(accept_length)
 
     def set_host_cost(self, figures: Mapping[str, float]) -> None:
         """The host-cost window just logged (``HostCost.flush``): its ``plugin_fraction``."""

@@ -54,6 +54,7 @@ class TelemetrySettings:
     context_buckets: tuple[int, ...] = DEFAULT_CONTEXT_BUCKETS  # upper bounds; () = no buckets
     host_timing: bool = False  # time the plugin's own host work per round (``HostCost``)
     sync_debug: bool = False  # the plugin's per-round work under CUDA's sync debug mode "error"
+    request_log: bool = True  # one line per finished request, the per-request histogram
 
     @property
     def host_cost_every(self) -> int:
@@ -92,6 +93,7 @@ class TelemetrySettings:
             ),
             ("host_timing", isinstance(self.host_timing, bool), "True or False"),
             ("sync_debug", isinstance(self.sync_debug, bool), "True or False"),
+            ("request_log", isinstance(self.request_log, bool), "True or False"),
         )
         table.check_fields("TelemetrySettings", self, checks)
 
@@ -112,6 +114,7 @@ class TelemetrySettings:
             "context_buckets": table.CONTEXT_BUCKETS,
             "host_timing": table.HOST_TIMING,
             "sync_debug": table.SYNC_DEBUG,
+            "request_log": table.REQUEST_LOG,
         }
         return cls(**{field: table.read_setting(v.name, environ) for field, v in variables.items()})
 
@@ -127,6 +130,7 @@ class TelemetrySettings:
             "context_buckets": list(self.context_buckets),
             "host_timing": self.host_timing,
             "sync_debug": self.sync_debug,
+            "request_log": self.request_log,
         }
 
 

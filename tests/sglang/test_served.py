@@ -204,6 +204,36 @@ def test_report_reads_the_builtins_own_decode_lines_into_a_verdict(run_name, ver
         assert "dspark-harvest check" in group["why"] and "no per-position rates" in group["why"]
 
 
+def test_each_finished_request_gets_a_line_that_agrees_with_sglangs_meta_info(served):
+    """The per-request line (``MEMRA_DSPARK_REQUEST_LOG``, on by default) for every request, alone and
+    concurrent: its verify rounds are sglang's ``spec_verify_ct`` for that request id, and the tokens its
+    rounds accepted are sglang's completion tokens (``spec_accept_length`` x rounds) less the prefill's
+    token, which no round accepted, or more by what the last round accepted past ``max_new_tokens``
+    (sglang cuts the output there; the round's counts hold it)."""
+    import re
+
+    got = served("plugin/dflash")
+    lines = {
+        rid: (int(rounds), int(accepted), float(mean))
+        for rid, rounds, accepted, mean in re.findall(
+            r"dspark accept request rid=(\S+) rounds=(\d+) accepted_drafts=(\d+) accept_len=([\d.]+) ",
+            got.log,
+        )
+    }
+    metas = got.metas + got.concurrent_metas
+    assert len(lines) == len(metas) == len(set(lines))
+    for meta in metas:
+        rounds, accepted, mean = lines[meta["id"]]
+        assert rounds == int(meta["spec_verify_ct"]), meta["id"]
+        tokens = int(meta["completion_tokens"])
+        counted = rounds + accepted  # the tokens the rounds accepted, bonus included
+        assert tokens - 1 <= counted, (meta["id"], rounds, accepted, tokens)
+        if counted > tokens:  # the last round accepted past the budget, and sglang cut the output there
+            assert tokens == sc.MAX_NEW_TOKENS and counted - tokens <= 7, (meta["id"], counted, tokens)
+        assert mean == pytest.approx(counted / rounds, abs=0.006)  # the line's own figures agree
+        assert float(meta["spec_accept_length"]) == pytest.approx(tokens / rounds)  # and sglang's
+
+
 def test_launch_server_discovers_the_plugin_and_serves_http(drafters, prompts, greedy):
     """The user's command: ``python -m sglang.launch_server ... --speculative-algorithm DSPARK_HARVEST``;
     sglang finds the plugin through its entry point in the server's own processes."""
