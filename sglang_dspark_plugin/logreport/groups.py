@@ -242,21 +242,9 @@ class Group:
             self.alarms_this_run += 1
 
     def _alarm(self, line: Line) -> None:
-        f = line.fields
-        rest = f["rest"]
-        cut = max(rest.find(k) for k in ("Likely cause", "Measured cause", "Measured (", "Cause not"))
         self.logged_total += 1
         del self.logged_alarms[: 1 - KEPT]
-        self.logged_alarms.append(
-            {
-                "file": line.file,
-                "line": line.number,
-                "time": line.time,
-                "window_mean": float(f["mean"]),
-                "threshold": float(f["threshold"]),
-                "cause": rest[cut:] if cut >= 0 else rest,
-            }
-        )
+        self.logged_alarms.append(_logged_alarm(line))
 
     def _probe(self, line: Line) -> None:
         f = line.fields
@@ -322,6 +310,21 @@ class Group:
         """The end of the log: a group whose gamma never showed takes the longest accept length seen."""
         if self.counts is None and self.pending:
             self._set_gamma(max(max(ls) for _, ls in self.pending) - 1, INFERRED)
+
+
+def _logged_alarm(line: Line) -> dict[str, Any]:
+    """What the report keeps of one ALARM line: where, when, its window mean and threshold, its cause."""
+    f = line.fields
+    rest = f["rest"]
+    cut = max(rest.find(k) for k in ("Likely cause", "Measured cause", "Measured (", "Cause not"))
+    return {
+        "file": line.file,
+        "line": line.number,
+        "time": line.time,
+        "window_mean": float(f["mean"]),
+        "threshold": float(f["threshold"]),
+        "cause": rest[cut:] if cut >= 0 else rest,
+    }
 
 
 def _by_context(text: str | None) -> list[tuple[str, float, int | None]] | None:

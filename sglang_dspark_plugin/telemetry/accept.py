@@ -167,16 +167,7 @@ class AcceptTelemetry:
         if self._invalid_reported:
             return
         self._invalid_reported = True
-        bad = [n for n in counts if not isinstance(n, int) or n < 0 or n > self.gamma][:8]
-        self.logger.error(
-            "%s",
-            f"dspark accept round={index}: accepted-draft counts {bad} are not integers in "
-            f"[0, gamma={self.gamma}] for the {self.harvest} harvest (source={self.source}). The scheduler's "
-            f"verify width does not match this geometry: speculative_num_draft_tokens must be "
-            f"gamma+1={self.gamma + 1}. This round and any like it are left out of the accept-length "
-            "statistics (reported once; count in summary 'invalid_rounds'). Check "
-            f"--speculative-num-draft-tokens and the drafter's block_size.{self.dp_tag}",
-        )
+        self.logger.error("%s", invalid_round_message(self, index, counts))
 
     def elapsed(self) -> float | None:
         """Seconds since the first non-empty round; None before it."""
@@ -233,19 +224,36 @@ class AcceptTelemetry:
     def describe(self) -> str:
         """One startup line: the harvest, gamma and the telemetry settings (the context buckets too,
         where they are on: what the summaries' ``by_context`` and the context ALARM are read against)."""
-        s = self.settings
-        by_context = self.by_context
-        buckets = "" if by_context is None else f" context_buckets=[{','.join(by_context.names)}]"
-        alarm = (
-            "off"
-            if not self.alarm.on
-            else f"mean<{self.alarm.threshold:.2f} over {s.alarm_window} rounds after {s.alarm_warmup}"
-        )
-        return (
-            f"dspark accept telemetry: harvest={self.tag} gamma={self.gamma} "
-            f"per_round_level={level_name(s.accept_log_level)} summary_every={s.summary_every} "
-            f"alarm={alarm} metrics={'on' if self.metrics is not None else 'off'}{buckets}{self.dp_tag}"
-        )
+        return startup_text(self)
+
+
+def startup_text(t: AcceptTelemetry) -> str:
+    """``AcceptTelemetry.describe``: the startup line ``report`` reads back (``logreport.lines``)."""
+    s, by_context = t.settings, t.by_context
+    buckets = "" if by_context is None else f" context_buckets=[{','.join(by_context.names)}]"
+    alarm = (
+        "off"
+        if not t.alarm.on
+        else f"mean<{t.alarm.threshold:.2f} over {s.alarm_window} rounds after {s.alarm_warmup}"
+    )
+    return (
+        f"dspark accept telemetry: harvest={t.tag} gamma={t.gamma} "
+        f"per_round_level={level_name(s.accept_log_level)} summary_every={s.summary_every} "
+        f"alarm={alarm} metrics={'on' if t.metrics is not None else 'off'}{buckets}{t.dp_tag}"
+    )
+
+
+def invalid_round_message(t: AcceptTelemetry, index: int, counts: Sequence[Any]) -> str:
+    """The ERROR line for a round with counts (the first offenders named) outside [0, gamma]."""
+    bad = [n for n in counts if not isinstance(n, int) or n < 0 or n > t.gamma][:8]
+    return (
+        f"dspark accept round={index}: accepted-draft counts {bad} are not integers in "
+        f"[0, gamma={t.gamma}] for the {t.harvest} harvest (source={t.source}). The scheduler's "
+        f"verify width does not match this geometry: speculative_num_draft_tokens must be "
+        f"gamma+1={t.gamma + 1}. This round and any like it are left out of the accept-length "
+        "statistics (reported once; count in summary 'invalid_rounds'). Check "
+        f"--speculative-num-draft-tokens and the drafter's block_size.{t.dp_tag}"
+    )
 
 
 @dataclass(frozen=True)

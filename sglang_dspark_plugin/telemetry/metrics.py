@@ -74,6 +74,23 @@ def _context_counters(make: Callable[..., Any]) -> dict[str, Any]:
     }
 
 
+def _probe_counters(make: Callable[..., Any]) -> dict[str, Any]:
+    """The live offset probe's matches and comparisons (one ``offset`` label per offset)."""
+    return {
+        "probe_matches": make(
+            "dspark_harvest_probe_matches",
+            "Live offset probe: sampled drafts equal to the committed token at an offset (own = the "
+            "draft's own position, late = +1, early = -1).",
+            ("offset",),
+        ),
+        "probe_compared": make(
+            "dspark_harvest_probe_compared",
+            "Live offset probe: sampled drafts compared at an offset; match rate = matches / compared.",
+            ("offset",),
+        ),
+    }
+
+
 def _metric_families(prometheus_client: Any, registry: Any, names: tuple[str, ...]) -> dict[str, Any]:
     """The metric families of one registry, created once: a registry refuses a name registered twice."""
     target = prometheus_client.REGISTRY if registry is None else registry
@@ -104,17 +121,7 @@ def _metric_families(prometheus_client: Any, registry: Any, names: tuple[str, ..
                 ("position",),
             ),
             "alarms": make("dspark_harvest_alarms", "Low accept-length alarms fired."),
-            "probe_matches": make(
-                "dspark_harvest_probe_matches",
-                "Live offset probe: sampled drafts equal to the committed token at an offset (own = the "
-                "draft's own position, late = +1, early = -1).",
-                ("offset",),
-            ),
-            "probe_compared": make(
-                "dspark_harvest_probe_compared",
-                "Live offset probe: sampled drafts compared at an offset; match rate = matches / compared.",
-                ("offset",),
-            ),
+            **_probe_counters(make),
             "invalid": make("dspark_harvest_invalid_rounds", "Rounds with a count outside [0, gamma]."),
             **_context_counters(make),
             "swept": make(

@@ -612,7 +612,7 @@ def test_sync_debug_wraps_the_plugin_work_in_the_error_mode(tmp_path, monkeypatc
     monkeypatch.setattr(
         telemetry,
         "on_verify_complete",
-        lambda v, at=None, contexts=None: (seen.append(modes[-1]), original(v, at=at, contexts=contexts)),
+        lambda v, **kw: (seen.append(modes[-1]), original(v, **kw)),
     )
     _round(worker, [1])  # queued under the mode, restored after
     assert seen == [] and modes == ["default", "error", "default"]
