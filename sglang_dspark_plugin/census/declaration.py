@@ -15,23 +15,21 @@ one with no vote at all: the plugin serves such a draft with the historical defa
 declaration must not turn into a fact. ``MEMRA_DSPARK_HARVEST`` is not read: it overrides one launch,
 and a declaration outlives it.
 
-``ENGINE_READERS`` is what each sglang release (and the two open sglang PRs) serves from such a config,
-as the research read their code; ``served_by`` applies it to a config, so ``declare`` can print what
-each would have served before the declaration and what it serves after.
+What each sglang release's own builtins (and the two open sglang PRs) serve from the source and from
+the copy is the serving side's reading (``serving.plain``), which ``cli.declare`` prints beside this.
 """
 
 from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import CensusConflictError, UsageError
 from ..limits import MAX_BLOCK_SIZE
-from .architectures import FAMILY_DFLASH, FAMILY_DSPARK, family_of
+from .architectures import FAMILY_DFLASH, FAMILY_DSPARK
 from .decision import CONFLICT_FIX
 from .draft_config import DflashCfg
 from .folder import write_folder
@@ -39,103 +37,14 @@ from .locate import CONFIG
 
 READS_SHIFTED = "shifted"
 READS_MASK_FILL = "mask-fill"
-REFUSED = "refused"
 FLAG = "sample_from_anchor"
 NESTED = "dflash_config"
 LAYOUT_OF = {FAMILY_DSPARK: READS_SHIFTED, FAMILY_DFLASH: READS_MASK_FILL}
 
 
-def _flag(config: Mapping[str, Any], *sections: str, keys: tuple[str, ...] = (FLAG,)) -> bool | None:
-    """The first boolean among ``keys`` at the top level (``""``) or in the named sections."""
-    for section in sections:
-        table = config if section == "" else config.get(section)
-        if isinstance(table, Mapping):
-            for key in keys:
-                if isinstance(table.get(key), bool):
-                    return bool(table[key])
-    return None
-
-
-def _dspark_0523(config: Mapping[str, Any]) -> str:
-    return READS_MASK_FILL if _flag(config, "") is False else READS_SHIFTED
-
-
-def _pr_40203(config: Mapping[str, Any]) -> str:
-    value = _flag(config, "", NESTED, keys=(FLAG, "query_zero_predicts_next"))
-    return READS_SHIFTED if value else READS_MASK_FILL
-
-
-def _pr_40181(config: Mapping[str, Any]) -> str:
-    value = _flag(config, "", NESTED, keys=(FLAG, "query_zero_predicts_next"))
-    return REFUSED if value else READS_MASK_FILL
-
-
-@dataclass(frozen=True)
-class EngineReader:
-    """What one engine serves from a draft config: the family it loads, the keys it reads, where."""
-
-    engine: str
-    loads: str  # the architecture family it loads (FAMILY_DFLASH or FAMILY_DSPARK)
-    reads: str  # the keys it reads, in words
-    where: str  # file:line in the release (or the PR)
-    serves: Callable[[Mapping[str, Any]], str]
-
-
-ENGINE_READERS: tuple[EngineReader, ...] = (
-    EngineReader(
-        "sglang 0.5.17 DSPARK",
-        FAMILY_DSPARK,
-        "no key: always anchor-first",
-        "speculative/dspark_components/dspark_draft.py:318-323,369",
-        lambda _c: READS_SHIFTED,
-    ),
-    EngineReader(
-        "sglang 0.5.23 DSPARK",
-        FAMILY_DSPARK,
-        "top-level sample_from_anchor (absent: true; nested ignored)",
-        "speculative/dspark_components/dspark_config.py:29-31; dspark_draft.py:656-668",
-        _dspark_0523,
-    ),
-    EngineReader(
-        "sglang 0.5.17-0.5.23 DFLASH",
-        FAMILY_DFLASH,
-        "no key: always 1+N fill-in",
-        "speculative/dflash_worker_v2.py:130,1641 (0.5.17); :183,2804 (0.5.23)",
-        lambda _c: READS_MASK_FILL,
-    ),
-    EngineReader(
-        "sglang DFLASH + PR 40203 (open)",
-        FAMILY_DFLASH,
-        "sample_from_anchor / query_zero_predicts_next, top level or nested (absent: 1+N)",
-        "github.com/sgl-project/sglang/pull/40203",
-        _pr_40203,
-    ),
-    EngineReader(
-        "sglang DFLASH + PR 40181 (open)",
-        FAMILY_DFLASH,
-        "refuses sample_from_anchor / query_zero_predicts_next = true",
-        "github.com/sgl-project/sglang/pull/40181",
-        _pr_40181,
-    ),
-)
-"""What each sglang release (and each open PR) serves from a draft config it loads."""
-
-
-def served_by(config: Mapping[str, Any]) -> list[dict[str, str]]:
-    """For each ``ENGINE_READERS`` row that loads this config's architecture: what it serves."""
-    architectures = config.get("architectures")
-    name = architectures[0] if isinstance(architectures, list) and architectures else None
-    family = family_of(name)
-    return [
-        {"engine": r.engine, "serves": r.serves(config), "reads": r.reads, "where": r.where}
-        for r in ENGINE_READERS
-        if family is None or r.loads == family
-    ]
-
-
 @dataclass(frozen=True)
 class Declaration:
-    """The declared config and what it changed: the keys written, the layout, the engines' readings."""
+    """The declared config and what it changed: the keys written, the layout."""
 
     source: str
     out: str
@@ -147,22 +56,16 @@ class Declaration:
     copied: bool
 
     def to_json(self) -> dict[str, Any]:
-        """The ``--json`` report: keys written, the layout each engine served before and serves after."""
-        before = {row["engine"]: row["serves"] for row in served_by(self.source_config)}
-        layout = LAYOUT_OF[self.harvest]
-        engines = [
-            {**row, "before": before[row["engine"]], "right": row["serves"] == layout}
-            for row in served_by(self.config)
-        ]
+        """The ``--json`` report's declaration: the keys written, the layout, the files."""
         return {
             "source": self.source,
             "out": self.out,
             "harvest": self.harvest,
-            "layout": layout,
+            "layout": LAYOUT_OF[self.harvest],
+            "block_size": self.config[NESTED]["block_size"],
             "written": self.written,
             "files": self.files,
             "files_are": "copied" if self.copied else "linked to the source's",
-            "engines": engines,
         }
 
 
@@ -233,13 +136,9 @@ def declare(
 
 
 __all__ = [
-    "ENGINE_READERS",
-    "EngineReader",
     "Declaration",
     "declare",
     "declared_config",
-    "served_by",
     "READS_SHIFTED",
     "READS_MASK_FILL",
-    "REFUSED",
 ]

@@ -49,38 +49,69 @@ def run(args: argparse.Namespace) -> int:
     from ..census.declaration import declare
 
     try:
-        report = declare(census(args.path), args.out, block_size=args.block_size, copy_files=args.copy)
+        declaration = declare(census(args.path), args.out, block_size=args.block_size, copy_files=args.copy)
     except DsparkHarvestError as exc:
         return refuse(exc, "declare", args.json, sys.stdout if args.json else sys.stderr)
-    emit(sys.stdout, args.json, report.to_json, lambda: text(report.to_json()))
+    report = with_engines(declaration)
+    emit(sys.stdout, args.json, lambda: report, lambda: text(report))
     return EXIT_OK
+
+
+def with_engines(declaration: Any) -> dict[str, Any]:
+    """The declaration's report with the engine table: what each release's plain builtins serve from
+    the source and from the copy (``serving.plain``), against what the draft was trained for."""
+    from ..harvest import DsparkHarvest
+    from ..serving.plain import Trained, engine_table
+
+    report = declaration.to_json()
+    harvest = DsparkHarvest.from_name(declaration.harvest)
+    assert harvest is not None  # declare writes the census's decision: one of the two names
+    trained = Trained(harvest, report["block_size"])
+    report["trained"] = {
+        "layout": trained.layout,
+        "drafts": trained.drafts,
+        "verify_window": trained.drafts + 1,
+    }
+    report["engines"] = engine_table(declaration.config, trained, declaration.source_config)
+    return report
 
 
 def text(report: dict[str, Any]) -> str:
     """The text form of a declaration's ``--json`` report."""
     written = ", ".join(f"{key}={str(value).lower()}" for key, value in report["written"].items())
     plural = "" if report["files"] == 1 else "s"
+    trained = report["trained"]
     lines = [
         f"declared: {printable(report['out'])}",
         f"from:     {printable(report['source'])} "
         f"({report['files']} other file{plural}, {report['files_are']})",
-        f"harvest:  {report['harvest']} ({report['layout']})",
+        f"harvest:  {report['harvest']} ({report['layout']}; trained block {report['block_size']}: "
+        f"{trained['drafts']} drafts, window {trained['verify_window']})",
         f"wrote:    {written or 'nothing new (the source already declared it all)'}",
         "",
-        "what each engine that loads this architecture serves (before -> after the declaration):",
+        "what plain sglang serves from the copy (the source's reading where it differs), and what makes it "
+        "serve what was trained:",
     ]
     rows = [
-        [row["engine"], f"{row['before']} -> {row['serves']}", _mark(row, report["layout"]), row["reads"]]
+        [
+            row["engine"],
+            row["serves"]
+            if row["before"] in (None, row["serves"])
+            else f"{row['serves']} (source: {row['before']})",
+            _mark(row),
+        ]
         for row in report["engines"]
     ]
-    lines += ["  " + line for line in table_lines(["engine", "serves", "after", "reads"], rows)]
+    lines += ["  " + line for line in table_lines(["engine", "serves", "to serve what was trained"], rows)]
     return "\n".join(lines)
 
 
-def _mark(row: dict[str, Any], layout: str) -> str:
+def _mark(row: dict[str, Any]) -> str:
+    if not row["versions"]:  # an open PR's row: its layout only
+        return f"{'right' if row['right'] else 'WRONG' if row['starts'] else 'REFUSED'} ({row['fix']})"
     if row["right"]:
         return "right"
-    return "refuses" if row["serves"] == "refused" else f"WRONG (trained {layout})"
+    return f"{'WRONG' if row['starts'] else 'REFUSED'} -> {row['fix']}"
 
 
 __all__ = ["add_parser", "run", "text"]

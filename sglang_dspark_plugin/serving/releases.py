@@ -26,6 +26,7 @@ class Release:
     dspark_subfolder: bool  # DSPARK finds a draft in the target's dspark/ subfolder
     resolution_hooks: bool  # the resolution-hook API (arg_groups/resolution_hooks.py): adapter_0523
     tested: bool = False  # CI runs the whole suite on it; the others are measured by release_matrix.py
+    dspark_head_in_dflash_config: bool = False  # DSPARK's parse reads the Markov head in dflash_config
 
     @property
     def builds(self) -> dict[str, frozenset[str]]:
@@ -57,6 +58,7 @@ RELEASES: tuple[Release, ...] = (
         True,
         True,
         tested=True,
+        dspark_head_in_dflash_config=True,  # dspark_config.py:206-211 merges it under dspark_config
     ),
 )
 """Every release from 0.5.17 to 0.5.23, oldest first."""

@@ -214,7 +214,7 @@ def test_a_newline_in_a_folder_name_cannot_forge_a_line(tmp_path, capsys):
     assert main(["declare", str(source), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert [line for line in printed.splitlines() if line.startswith("harvest:")] == [
-        "harvest:  dspark (shifted)"
+        "harvest:  dspark (shifted; trained block 7: 7 drafts, window 8)"
     ]
     assert "\\n" in printed.splitlines()[0]
 
