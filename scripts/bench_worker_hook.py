@@ -1,14 +1,15 @@
 """Per-round cost of the workers' round hooks against sglang's own (a no-op ``on_verify_complete_cpu``).
 
-Run it in a sglang environment (the override lives in the sglang glue):
+Run it in a sglang environment (the round hook lives in the sglang glue):
 
     ~/.cache/sglang-dspark-plugin/venvs/sglang-0.5.23/bin/python scripts/bench_worker_hook.py
 
 It prints microseconds per verify round at batch sizes 1, 8, 64 and 256 for sglang's ``DSparkWorkerV2``
-hook (a no-op) and for ``HarvestDSparkWorker`` (the parent's hook, then the plugin's round hook
-``dspark_round``: the live mask, the context lengths, the queue with the telemetry and the live probe),
-as the median and the range (min-max) of ``--repeats`` measurements, the two hooks interleaved. The
-per-round accept lines go to a NullHandler so that the number is the plugin's, not a log sink's.
+hook (a no-op) and for ``HarvestDSparkWorker`` (the parent's hook, which the plugin does not override,
+then the plugin's one round hook ``dspark_round``, the counts read from the result: the live mask,
+the context lengths, the queue with the telemetry and the live probe), as the median and the range
+(min-max) of ``--repeats`` measurements, the two hooks interleaved. The per-round accept lines go to
+a NullHandler so that the number is the plugin's, not a log sink's.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ def _per_round_us(worker: object, counts: list[int], rounds: int, width: int) ->
     result = SimpleNamespace(
         next_token_ids=torch.zeros(bs * width, dtype=torch.int64),
         accept_lens=torch.tensor([n + 1 for n in counts]),
+        num_correct_drafts_per_req_cpu=counts,
     )
     committed = [[3] * (n + 1) for n in counts]
     start = time.perf_counter()

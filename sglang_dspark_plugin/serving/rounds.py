@@ -1,9 +1,11 @@
 """What a served worker does each round (sglang-free): its accept telemetry, live probe and their queue
 (``telemetry.DeferredRounds``), wired from the plan where this rank keeps them (``telemetry_placement``).
 
-The worker (``sglang_plugin.workers``) hands over what sglang gives it and nothing else: a round's
-counts (``on_verify_complete_cpu``), the round once sglang resolved it (``round``: its requests, the
-committed tokens and the verify result, read by attribute) and a request's end (``finish``).
+The worker (``sglang_plugin.workers``) hands over what sglang gives it and nothing else, in one call
+per round: the round once sglang resolved it (``round``: its requests, the committed tokens and the
+verify result, read by attribute: the accepted-draft counts are the result's
+``num_correct_drafts_per_req_cpu``, the very list sglang hands ``on_verify_complete_cpu``); and a
+request's end (``finish``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ NO_WORK = None
 class WorkerRounds:
     """The per-round work of the telemetry rank of one attention group."""
 
-    __slots__ = ("telemetry", "probe", "queue", "work", "by_context", "per_request", "counts")
+    __slots__ = ("telemetry", "probe", "queue", "work", "by_context", "per_request")
 
     def __init__(
         self, telemetry: AcceptTelemetry, probe: LiveProbe, queue: DeferredRounds, work: Any
@@ -36,7 +38,6 @@ class WorkerRounds:
         self.work: PluginWork | None = work  # entered around the round's work where timed or checked
         self.by_context = telemetry.by_context is not None  # context lengths are read each round
         self.per_request = telemetry.requests is not None  # request ids too (the per-request lines)
-        self.counts: list[int] | None = None  # this round's counts, until sglang resolved the round
 
     @classmethod
     def attach(
@@ -92,8 +93,10 @@ class WorkerRounds:
             self.queue.finish(rid)
 
     def round(self, committed: Any, result: Any, batch: Any) -> None:
-        """sglang resolved a round: queue it in one step (``DeferredRounds.round``, no sync)."""
-        counts, self.counts = self.counts, None
+        """sglang resolved a round: queue it in one step (``DeferredRounds.round``, no sync). Its counts
+        are the host list sglang set on the result (0.5.17 ``batch_result_processor.py:636``, 0.5.23
+        ``:785-787``) and handed ``on_verify_complete_cpu``; a result without them is no verify round."""
+        counts = getattr(result, "num_correct_drafts_per_req_cpu", None)
         if counts is None:
             return
         work = self.work

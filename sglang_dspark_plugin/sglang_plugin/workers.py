@@ -36,8 +36,8 @@ WORKER_CONTRACT: list[Entry] = [
         sglang.srt.speculative.dspark_components.dspark_worker_v2:
             DSparkWorkerV2
             DSparkWorkerV2.__init__(server_args, gpu_id, nccl_port, target_worker)
-        sglang.srt.speculative.base_spec_worker:
-            BaseSpecWorker.on_verify_complete_cpu(num_correct_drafts_per_req, batch_size)
+        sglang.srt.managers.utils:  # a round's counts, set by _resolve_spec_v2_tokens (serving.rounds)
+            GenerationBatchResult.num_correct_drafts_per_req_cpu
         sglang.srt.models.dspark:
             DSparkDraftModel
             DSparkDraftModel.__init__(config, quant_config, prefix)
@@ -132,15 +132,9 @@ class _HarvestWorkerMixin:
         if self.dspark_rounds is not None:
             self.dspark_rounds.finish(rid)
 
-    def on_verify_complete_cpu(self, num_correct_drafts_per_req: list[int], batch_size: int = 0) -> None:
-        """sglang's host-side per-round hook: the parent's work, and this round's counts kept for
-        ``dspark_round`` (sglang calls it from inside the round the plugin's hook follows)."""
-        super().on_verify_complete_cpu(num_correct_drafts_per_req, batch_size=batch_size)  # type: ignore[misc]
-        if self.dspark_rounds is not None:
-            self.dspark_rounds.counts = num_correct_drafts_per_req
-
     def dspark_round(self, committed: Any, result: Any, batch: Any) -> None:
-        """After sglang resolved a round (``hooks.round_after_result``): the round work takes it."""
+        """After sglang resolved a round (``hooks.round_after_result``): the round work takes it, the
+        round's counts included (``result.num_correct_drafts_per_req_cpu``): the one entry per round."""
         if self.dspark_rounds is not None:
             self.dspark_rounds.round(committed, result, batch)
 

@@ -1,9 +1,9 @@
 """Accept-length telemetry: per-round counts and line, a periodic summary, metrics and an alarm.
 
 A wrong harvest convention never crashes anything: acceptance just collapses toward 1.0. This package
-is how a served run notices. The sglang plugin calls ``AcceptTelemetry.on_verify_complete`` from the
-worker's ``on_verify_complete_cpu`` hook with the per-request accepted-draft counts sglang already holds
-on the host (no device synchronisation); the reference engine feeds it the same way.
+is how a served run notices. The sglang plugin feeds ``AcceptTelemetry.on_verify_complete`` from its
+one round hook with the per-request accepted-draft counts sglang already holds on the host (the result's
+``num_correct_drafts_per_req_cpu``: no device synchronisation); the reference engine feeds it the same way.
 
 One idea per module:
 

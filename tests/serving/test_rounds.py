@@ -38,13 +38,13 @@ def _req(rid: str, live: bool = True) -> SimpleNamespace:
 
 
 def _round(rounds: WorkerRounds, counts: list[int], live: list[bool], width: int) -> None:
-    """One round as the worker hands it over: the counts, then the resolved round."""
+    """One round as the worker hands it over: the resolved round, its counts on the result."""
     reqs = [_req(f"r{i}", keep) for i, keep in enumerate(live)]
     result = SimpleNamespace(
         next_token_ids=torch.zeros(width * len(reqs), dtype=torch.int64),
         accept_lens=torch.tensor([n + 1 for n in counts]),
+        num_correct_drafts_per_req_cpu=counts,
     )
-    rounds.counts = counts
     rounds.round([[8]] * len(reqs), result, SimpleNamespace(reqs=reqs))
 
 
@@ -62,11 +62,12 @@ def test_a_round_counts_the_live_requests_once_sglang_resolved_it(tmp_path: Path
     rounds = _attach(plan)
     assert rounds is not None
     width = plan.geometry.verify_window
-    rounds.round([[8]], None, SimpleNamespace(reqs=[]))  # no counts kept this round: nothing queued
+    rounds.round(
+        [[8]], SimpleNamespace(), SimpleNamespace(reqs=[])
+    )  # a result with no counts: nothing queued
     assert rounds.queue.queued == 0
     _round(rounds, [2, 1], [True, False], width)  # the finished request is left out, as sglang does
     _round(rounds, [0], [False], width)  # every request had finished: nothing to count
-    assert rounds.counts is None
     rounds.queue.run()
     counts = rounds.telemetry.counts
     assert (counts.rounds, counts.request_rounds, counts.accepted_drafts) == (1, 1, 2)
@@ -77,8 +78,8 @@ def test_counts_of_another_batch_are_counted_whole(tmp_path: Path) -> None:
     plan = _plan(tmp_path)
     rounds = _attach(plan)
     assert rounds is not None
-    rounds.counts = [1, 1, 1]  # three counts, one request in the batch: not this batch's
-    rounds.round([[8]], None, SimpleNamespace(reqs=[_req("r0")]))
+    three = SimpleNamespace(num_correct_drafts_per_req_cpu=[1, 1, 1])  # one request in the batch: not its
+    rounds.round([[8]], three, SimpleNamespace(reqs=[_req("r0")]))
     rounds.queue.run()
     assert (rounds.telemetry.counts.request_rounds, rounds.probe.rounds) == (3, 0)
 

@@ -29,7 +29,6 @@ from checkpoints import (
 )  # tests/ is on sys.path (tests/sglang/conftest.py)
 from features import HAS_MASK_FILL_DSPARK, NESTED_DFLASH_CONFIG, POST_LOAD_WEIGHTS, RESOLVE_ONCE
 from sglang.srt.models.dspark import DSparkDraftModel, VanillaMarkov, build_markov_head
-from sglang.srt.speculative.base_spec_worker import BaseSpecWorker
 from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2, _DflashDraftSampler
 from sglang.srt.speculative.dspark_components import dspark_draft
 from sglang.srt.speculative.dspark_components.dspark_config import (
@@ -115,13 +114,15 @@ def _req(rid: str, *, live: bool = True) -> SimpleNamespace:
 
 
 def _round(worker, counts: list[int], *, live: list[bool] | None = None) -> None:
-    """One round as sglang runs it with the plugin's hook: ``on_verify_complete_cpu`` inside sglang's
-    resolve of the round, then the AFTER hook (``hooks.round_after_result``) hands the worker the round."""
+    """One round as sglang runs it with the plugin's hook: sglang's resolve of the round sets the counts on
+    the result and calls ``on_verify_complete_cpu`` (the parent's, not overridden), then the AFTER hook
+    (``hooks.round_after_result``) hands the worker the round: its one entry."""
     reqs = [_req(f"r{i}", live=keep) for i, keep in enumerate(live or [True] * len(counts))]
     width = worker.dspark_plan.geometry.verify_window if worker.dspark_plan is not None else 1
     result = SimpleNamespace(
         next_token_ids=torch.zeros(width * len(reqs), dtype=torch.int64),
         accept_lens=torch.tensor([n + 1 for n in counts]),
+        num_correct_drafts_per_req_cpu=counts,
     )
     worker.on_verify_complete_cpu(counts, batch_size=len(counts))
     hooks.round_after_result(
@@ -179,16 +180,12 @@ def _shape(fn) -> list[tuple[str, object, object]]:
     [
         (HarvestDFlashWorker.__init__, DFlashWorkerV2.__init__),
         (HarvestDSparkWorker.__init__, DSparkWorkerV2.__init__),
-        (HarvestDFlashWorker.on_verify_complete_cpu, BaseSpecWorker.on_verify_complete_cpu),
-        (HarvestDSparkWorker.on_verify_complete_cpu, BaseSpecWorker.on_verify_complete_cpu),
         (HarvestDSparkDraftModel.__init__, DSparkDraftModel.__init__),
         (HarvestDSparkDraftModel.load_weights, DSparkDraftModel.load_weights),
     ],
     ids=[
         "dflash.__init__",
         "dspark.__init__",
-        "dflash.on_verify",
-        "dspark.on_verify",
         "model.__init__",
         "model.load_weights",
     ],
@@ -524,7 +521,7 @@ def test_the_probe_skips_a_round_of_finished_requests_as_the_telemetry_does(tmp_
 
 
 @pytest.mark.parametrize("cls", [HarvestDFlashWorker, HarvestDSparkWorker])
-def test_on_verify_complete_cpu_feeds_one_telemetry_record_per_round(tmp_path, caplog, cls):
+def test_the_round_hook_alone_feeds_one_telemetry_record_per_round(tmp_path, caplog, cls):
     fixture = "specforge_dflash" if cls is HarvestDFlashWorker else "dspark_markov_rank0"
     served = _served(tmp_path, fixture)
     worker = object.__new__(cls)  # the real __init__ loads models on a GPU
@@ -533,9 +530,11 @@ def test_on_verify_complete_cpu_feeds_one_telemetry_record_per_round(tmp_path, c
     gamma = served.geometry.gamma
     assert telemetry.gamma == gamma and telemetry.harvest == served.resolution.harvest.name()
     with caplog.at_level(logging.INFO, logger=ACCEPT_LOGGER):
-        assert worker.on_verify_complete_cpu([0, gamma, 1], batch_size=3) is None  # kept for the hook
+        # sglang's own on_verify_complete_cpu: the plugin does not override it, so it queues nothing
+        ours = [k for k in cls.__mro__ if k.__module__.startswith("sglang_dspark_plugin")]
+        assert ours and not any("on_verify_complete_cpu" in vars(k) for k in ours)
+        assert worker.on_verify_complete_cpu([0, gamma, 1], batch_size=3) is None
         assert telemetry.counts.rounds == 0 and worker.dspark_rounds.queue.queued == 0
-        worker.dspark_rounds.counts = None
         _round(worker, [0, gamma, 1])
         _round(worker, [2])
         queued = worker.dspark_rounds.queue.queued
@@ -552,7 +551,7 @@ def test_on_verify_complete_cpu_feeds_one_telemetry_record_per_round(tmp_path, c
     assert any(rec.name == ACCEPT_LOGGER for rec in caplog.records)
 
 
-def test_on_verify_complete_cpu_on_other_tp_ranks_records_nothing(tmp_path):
+def test_the_round_hook_on_other_tp_ranks_records_nothing(tmp_path):
     worker = object.__new__(HarvestDSparkWorker)
     worker._dspark_attach(_served(tmp_path, "dspark_markov_rank0"), tp_rank=1)
     assert worker.dspark_rounds is None
