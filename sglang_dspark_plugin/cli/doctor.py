@@ -19,6 +19,7 @@ import platform
 import sys
 import warnings as warnings_module
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
@@ -28,6 +29,7 @@ from ..serving import ALGORITHM
 from ..serving.releases import TESTED as SUPPORTED_SGLANG
 from ..serving.releases import installed_sglang as sglang_version
 from ..serving.topology import ARMS, topology_line
+from ..util.contract_check import HookStatus
 
 EXIT_PROBLEM = 1
 
@@ -72,11 +74,22 @@ def environment_facts() -> dict[str, str]:
     return facts
 
 
-def plugins_setting(entry_point_name: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class PluginsSetting:
     """``SGLANG_PLUGINS`` as sglang reads it (comma-separated names; unset or empty: load every plugin)."""
+
+    value: str | None
+    excludes_plugin: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"value": self.value, "excludes_plugin": self.excludes_plugin}
+
+
+def plugins_setting(entry_point_name: str) -> PluginsSetting:
+    """``SGLANG_PLUGINS`` now, and whether it leaves out ``entry_point_name``."""
     value = os.environ.get(PLUGINS_VAR)
     allowed = {name.strip() for name in (value or "").split(",") if name.strip()}
-    return {"value": value, "excludes_plugin": bool(value) and entry_point_name not in allowed}
+    return PluginsSetting(value, bool(value) and entry_point_name not in allowed)
 
 
 def unreadable_distributions() -> list[str]:
@@ -145,68 +158,122 @@ def _entry_point() -> str | None:
     return None
 
 
-def _base_report(version: str | None, problems: list[str]) -> dict[str, Any]:
-    return {
-        "sglang": version,
-        "supported_versions": list(SUPPORTED_SGLANG),
-        "version_supported": version in SUPPORTED_SGLANG,
-        "entry_point": None,
-        "hooks": [],
-        "registered": False,
-        "registered_class": None,
-        "problems": problems,
-        "topologies": {},
-        "ok": False,
-    }
+@dataclass
+class DoctorReport:
+    """What ``doctor`` found, rendered by ``to_json`` (``--json``) and ``text``; filled by
+    ``sglang_report`` (sglang's part) and ``doctor`` (the environment, SGLANG_PLUGINS)."""
+
+    sglang: str | None  # the installed version; None: not installed (or unreadable)
+    problems: list[str] = field(default_factory=list)
+    entry_point: str | None = None
+    hooks: list[HookStatus] = field(default_factory=list)  # every contract entry, OK or missing
+    registered_class: str | None = None  # None: DSPARK_HARVEST not registered
+    topologies: dict[str, str] = field(default_factory=dict)  # arm -> the topology line
+    sglang_warnings: list[str] = field(default_factory=list)
+    environment: dict[str, str] = field(default_factory=dict)
+    plugins: PluginsSetting = PluginsSetting(None, False)
+    broken: list[str] = field(default_factory=list)  # unreadable distributions
+
+    @property
+    def version_supported(self) -> bool:
+        return self.sglang in SUPPORTED_SGLANG
+
+    @property
+    def ok(self) -> bool:
+        """Registered through the entry point, every hook present, nothing broken or excluded (an
+        untested version passes when every hook is OK, the rule ``register()`` applies)."""
+        hooks_ok = all(h.ok for h in self.hooks)
+        registered = self.entry_point is not None and self.registered_class is not None
+        return registered and hooks_ok and not self.broken and not self.plugins.excludes_plugin
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sglang": self.sglang,
+            "supported_versions": list(SUPPORTED_SGLANG),
+            "version_supported": self.version_supported,
+            "entry_point": self.entry_point,
+            "hooks": [h.to_json() for h in self.hooks],
+            "registered": self.registered_class is not None,
+            "registered_class": self.registered_class,
+            "problems": self.problems,
+            "topologies": self.topologies,
+            "ok": self.ok,
+            "sglang_warnings": self.sglang_warnings,
+            "environment": self.environment,
+            "sglang_plugins": self.plugins.to_json(),
+        }
+
+    def sglang_lines(self) -> list[str]:
+        """The sglang part of the report as text."""
+        tested = " (tested)" if self.version_supported else " (NOT a tested version)"
+        tested = "" if self.sglang is None else tested
+        versions = ", ".join(SUPPORTED_SGLANG)
+        lines = [
+            f"sglang: {self.sglang or 'not installed'}{tested}; tested versions: {versions}",
+            f"entry point {ENTRY_POINT_GROUP}:{ENTRY_POINT_NAME}: {self.entry_point or 'MISSING'}",
+        ]
+        lines += [
+            f"  {'OK     ' if h.ok else 'MISSING'} {h.target}" + ("" if h.ok else f"  ({h.problem})")
+            for h in self.hooks
+        ]
+        registered = "NO" if self.registered_class is None else f"yes ({self.registered_class})"
+        lines.append(f"{ALGORITHM} registered through the entry point: {registered}")
+        lines += list(self.topologies.values())
+        lines += [f"problem: {problem}" for problem in self.problems]
+        lines.append("doctor: OK" if self.ok else "doctor: FAILED")
+        return lines
+
+    def text(self) -> str:
+        """The environment lines, then the sglang report's lines, every line escaped."""
+        lines = [f"{name}: {value}" for name, value in self.environment.items()]
+        value = self.plugins.value
+        lines.append(f"{PLUGINS_VAR}: {'unset (every plugin loads)' if value is None else value}")
+        lines += [f"sglang warning: {warning}" for warning in self.sglang_warnings]
+        lines += self.sglang_lines()
+        return "\n".join(printable(line) for line in lines)
 
 
-def sglang_report() -> dict[str, Any]:
+def sglang_report() -> DoctorReport:
     """The installed sglang against the plugin: its version, every contract entry (the plugin's and the
     workers') OK or missing, and whether ``DSPARK_HARVEST`` registers the way sglang registers it
-    (``load_plugins()``, then ``from_string``); ``ok`` is False when anything is missing."""
+    (``load_plugins()``, then ``from_string``)."""
     version = sglang_version()
-    report = _base_report(version, [])
-    problems: list[str] = report["problems"]
-    report["entry_point"] = _entry_point()
-    if report["entry_point"] is None:
+    report = DoctorReport(version, entry_point=_entry_point())
+    problems = report.problems
+    if report.entry_point is None:
         problems.append(
             f"entry point {ENTRY_POINT_NAME!r} missing from group {ENTRY_POINT_GROUP!r}: reinstall the "
             "package (pip install -e . or pip install sglang-dspark-plugin)"
         )
     if version is None or importlib.util.find_spec("sglang") is None:
-        report["sglang"] = None
+        report.sglang = None
         problems.append(
             "sglang is not installed: from a checkout of this package, pip install '.[sglang-0523]' "
             "(or '.[sglang-0517]')"
         )
         return report
-    if not report["version_supported"]:
+    if not report.version_supported:
         problems.append(
             f"sglang {version} is not a tested version ({', '.join(SUPPORTED_SGLANG)}); the plugin "
             "registers if every hook below is OK"
         )
-    report["topologies"] = {arm: topology_line(version, arm) for arm in ARMS}
+    report.topologies = {arm: topology_line(version, arm) for arm in ARMS}
     from ..sglang_plugin import contract, registered_class
 
     try:
-        statuses = contract.check_contract()
-    except Exception as err:  # noqa: BLE001 - report, do not crash the doctor
-        problems.append(f"the contract check itself failed: {err!r}")
-        statuses = []
-    report["hooks"] = [s.to_json() for s in statuses]
-    missing = [s for s in statuses if not s.ok]
-    problems += [f"hook {s.target}: {s.problem}" for s in missing]
+        report.hooks = contract.check_contract()
+    except Exception as err:  # noqa: BLE001 - report, do not crash the doctor: a failed entry
+        why = f"the contract check itself failed: {err!r}"
+        report.hooks = [HookStatus("sglang_dspark_plugin.sglang_plugin", "contract", None, False, why)]
+    problems += [f"hook {s.target}: {s.problem}" for s in report.hooks if not s.ok]
     try:
-        report["registered_class"] = registered_class()
-        report["registered"] = True
+        report.registered_class = registered_class()
     except Exception as err:  # noqa: BLE001 - "not registered" is the finding, whatever the cause
         problems.append(f"{ALGORITHM} is not registered after load_plugins(): {err}")
-    # An untested version passes when every hook is OK, the same rule as register().
-    report["ok"] = bool(report["entry_point"] and report["registered"] and not missing)
     return report
 
 
-def doctor(entry_point_name: str = ENTRY_POINT_NAME) -> dict[str, Any]:
+def doctor(entry_point_name: str = ENTRY_POINT_NAME) -> DoctorReport:
     """The doctor's whole report: sglang's, with the environment and SGLANG_PLUGINS."""
     errors: list[str] = []
     warnings: list[str] = []
@@ -214,60 +281,35 @@ def doctor(entry_point_name: str = ENTRY_POINT_NAME) -> dict[str, Any]:
         with _sglang_logs(errors, warnings):
             report = sglang_report()
     except Exception as exc:  # noqa: BLE001 - a broken sglang install is the finding, not a crash
-        report = _base_report(
-            None, [f"the installed packages cannot be read ({type(exc).__name__}: {exc}); reinstall sglang"]
-        )
-    report["problems"] += errors
-    report["sglang_warnings"] = warnings
-    broken = unreadable_distributions()
-    report["problems"] += [f"unreadable distribution {d}: reinstall or remove it" for d in broken]
-    report["environment"] = environment_facts()
-    report["sglang_plugins"] = plugins = plugins_setting(entry_point_name)
-    if plugins["excludes_plugin"]:
-        report["problems"].append(
-            f"{PLUGINS_VAR}={plugins['value']!r} excludes {entry_point_name!r}: sglang will not load this "
+        why = f"the installed packages cannot be read ({type(exc).__name__}: {exc}); reinstall sglang"
+        report = DoctorReport(None, [why])
+    report.problems += errors
+    report.sglang_warnings = warnings
+    report.broken = unreadable_distributions()
+    report.problems += [f"unreadable distribution {d}: reinstall or remove it" for d in report.broken]
+    report.environment = environment_facts()
+    report.plugins = plugins = plugins_setting(entry_point_name)
+    if plugins.excludes_plugin:
+        report.problems.append(
+            f"{PLUGINS_VAR}={plugins.value!r} excludes {entry_point_name!r}: sglang will not load this "
             f"plugin; add {entry_point_name} to it or unset it"
         )
-    report["ok"] = bool(report["ok"] and not broken and not plugins["excludes_plugin"])
     return report
-
-
-def sglang_lines(report: dict[str, Any]) -> list[str]:
-    """The sglang part of the report as text."""
-    version = report["sglang"] or "not installed"
-    tested = " (tested)" if report["version_supported"] else " (NOT a tested version)"
-    tested = "" if report["sglang"] is None else tested
-    lines = [f"sglang: {version}{tested}; tested versions: {', '.join(report['supported_versions'])}"]
-    lines.append(f"entry point {ENTRY_POINT_GROUP}:{ENTRY_POINT_NAME}: {report['entry_point'] or 'MISSING'}")
-    for hook in report["hooks"]:
-        status = "OK     " if hook["ok"] else "MISSING"
-        detail = "" if hook["ok"] else f"  ({hook['problem']})"
-        lines.append(f"  {status} {hook['hook']}{detail}")
-    registered = f"yes ({report['registered_class']})" if report["registered"] else "NO"
-    lines.append(f"{ALGORITHM} registered through the entry point: {registered}")
-    lines += list(report.get("topologies", {}).values())
-    lines += [f"problem: {problem}" for problem in report["problems"]]
-    lines.append("doctor: OK" if report["ok"] else "doctor: FAILED")
-    return lines
-
-
-def format_text(report: dict[str, Any]) -> str:
-    """The environment lines, then the sglang report's lines, every line escaped."""
-    lines = [f"{name}: {value}" for name, value in report["environment"].items()]
-    plugins = report["sglang_plugins"]
-    lines.append(
-        f"{PLUGINS_VAR}: {'unset (every plugin loads)' if plugins['value'] is None else plugins['value']}"
-    )
-    lines += [f"sglang warning: {warning}" for warning in report["sglang_warnings"]]
-    lines += sglang_lines(report)
-    return "\n".join(printable(line) for line in lines)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the doctor and print its report; returns the exit code."""
     report = doctor()
-    emit(sys.stdout, args.json, lambda: report, lambda: format_text(report), sort_keys=True)
-    return EXIT_OK if report["ok"] else EXIT_PROBLEM
+    emit(sys.stdout, args.json, report.to_json, report.text, sort_keys=True)
+    return EXIT_OK if report.ok else EXIT_PROBLEM
 
 
-__all__ = ["add_parser", "doctor", "sglang_report", "format_text", "run", "ENTRY_POINT_NAME"]
+__all__ = [
+    "DoctorReport",
+    "PluginsSetting",
+    "add_parser",
+    "doctor",
+    "sglang_report",
+    "run",
+    "ENTRY_POINT_NAME",
+]

@@ -10,14 +10,175 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from typing import Any, TextIO
 
-from ..census.draft_config import TIER_EXPLICIT, TIER_INFO, TIER_STRUCTURAL
+from ..census.draft_config import TIER_EXPLICIT, TIER_INFO, TIER_STRUCTURAL, DflashCfg
 from ..checkpoint.files import printable
 from ..commands import EXIT_OK, EXIT_REFUSED, add_command, emit, refuse
 from ..errors import DsparkHarvestError
+from ..geometry import BLOCK_SIZE_FLAGS, RoundGeometry
+from ..harvest import Resolution
+from ..serving.verdict import Servability
 
 TIER_NAMES = {TIER_EXPLICIT: "explicit", TIER_STRUCTURAL: "structural", TIER_INFO: "info"}
+
+
+def _value(value: Any, limit: int = 48) -> str:
+    text = json.dumps(value, default=str)  # ensure_ascii: no raw control character reaches the terminal
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@dataclass(frozen=True)
+class BundledReport:
+    """A draft bundled in its target: where it lives and which tested releases find it there."""
+
+    form: str  # "dspark_keys" or "dspark_subfolder" (``serving.bundled``)
+    target: str
+    checkpoint: str
+    draft_path: str
+    found_by: tuple[str, ...]
+
+    @classmethod
+    def of(cls, path: str, bundled: Any) -> BundledReport:
+        from ..serving.bundled import KEYS
+        from ..serving.releases import TESTED
+        from ..serving.request import SglangSupport
+
+        looks = [v for v in TESTED if bundled.form == KEYS or SglangSupport.for_version(v).dspark_subfolder]
+        return cls(bundled.form, path, str(bundled.folder), bundled.draft, tuple(looks))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "form": self.form,
+            "target": self.target,
+            "checkpoint": self.checkpoint,
+            "draft_path": self.draft_path,
+            "found_by": list(self.found_by),
+        }
+
+    def lines(self) -> list[str]:
+        """The target and where its bundled draft lives."""
+        from ..serving.bundled import DRAFT_FLAG, KEYS
+
+        where = "its config.json's dspark_* keys" if self.form == KEYS else "its dspark/ subfolder"
+        found_by = f"sglang {', '.join(self.found_by)}" if self.found_by else "no tested sglang"
+        return [
+            f"target         {self.target}",
+            f"bundled        {self.form}: a draft in the target ({where}), found with no {DRAFT_FLAG} "
+            f"by {found_by}",
+        ]
+
+
+@dataclass(frozen=True)
+class InspectReport:
+    """What ``inspect`` found: the census, the resolution, the geometry (None without a block size),
+    each tested release's verdict; ``to_json`` (``--json``) and ``text`` render it."""
+
+    cfg: DflashCfg
+    resolution: Resolution
+    geometry: RoundGeometry | None
+    manifest: dict[str, Any] | None
+    unservable: str | None  # why sglang cannot capture the draft's target layers
+    servability: tuple[Servability, ...]
+    bundled: BundledReport | None
+    warnings: tuple[str, ...]  # the resolution's, then the advice the plans would log
+
+    def geometry_json(self) -> dict[str, Any]:
+        """The geometry's fields; without a block size, ``null`` where the width is needed."""
+        if self.geometry is not None:
+            return self.geometry.to_json()
+        harvest = self.resolution.harvest
+        return {
+            "harvest": harvest.name(),
+            "block_size": None,
+            "block_size_flag": BLOCK_SIZE_FLAGS[harvest],
+            "first_row": harvest.first_row(),
+            **dict.fromkeys(("n_drafts", "gamma", "verify_window", "harvested_rows", "trained_offsets")),
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        cfg, resolution = self.cfg, self.resolution
+        census_harvest = resolution.census_harvest
+        return {
+            **self.geometry_json(),
+            "source": resolution.source,
+            "env_value": resolution.env_value,
+            "census_harvest": None if census_harvest is None else census_harvest.name(),
+            "deciding_tier": cfg.deciding_tier,
+            "checkpoint": cfg.path,
+            "architecture": cfg.architecture,
+            "mask_token_id": cfg.mask_token_id,
+            "target_layer_ids": None if cfg.target_layer_ids is None else list(cfg.target_layer_ids),
+            "num_target_layers": cfg.num_target_layers,
+            "vocab_size": cfg.vocab_size,
+            "markov_rank": cfg.markov_rank,
+            "evidence": [s.to_json() for s in cfg.evidence],
+            "warnings": list(self.warnings),
+            "sglang_cannot_serve": self.unservable,
+            "manifest": self.manifest,
+            "servability": [s.to_json() for s in self.servability],
+            "bundled": None if self.bundled is None else self.bundled.to_json(),
+        }
+
+    def _evidence_lines(self) -> list[str]:
+        evidence = self.cfg.evidence
+        if not evidence:
+            return ["  (no signal at all)"]
+        width = max(len("signal"), *(len(s.signal) for s in evidence))
+        lines = [f"  {'tier':<12} {'vote':<7} {'signal':<{width}}  value"]
+        for s in evidence:
+            tier = f"{s.tier} {TIER_NAMES.get(s.tier, '')}"
+            line = f"  {tier:<12} {s.vote or '-':<7} {s.signal:<{width}}  {_value(s.value)}"
+            lines.append(line + (f"  ({s.note})" if s.note else ""))
+        return lines
+
+    def _geometry_lines(self) -> list[str]:
+        g, harvest = self.geometry, self.resolution.harvest
+        if g is None:
+            flag = BLOCK_SIZE_FLAGS[harvest]
+            return [
+                f"block_size     unknown  (the config gives none; sglang takes it from {flag})",
+                f"first_row      {harvest.first_row()}",
+            ]
+        rows, offsets = g.harvested_rows, g.trained_offsets
+        return [
+            f"block_size     {g.block_size}",
+            f"first_row      {g.first_row}",
+            f"n_drafts       {g.gamma}  (rows {rows[0]}..{rows[-1]}, trained offsets "
+            f"+{offsets[0]}..+{offsets[-1]})",
+            f"verify_window  {g.verify_window}",
+        ]
+
+    def text(self) -> str:
+        """The human-readable form, every line escaped."""
+        cfg, resolution = self.cfg, self.resolution
+        lines = [
+            *([] if self.bundled is None else self.bundled.lines()),
+            f"checkpoint     {cfg.path}",
+            f"architecture   {cfg.architecture or '(none)'}",
+            "",
+            "evidence (tier 1 = explicit declaration, 2 = structural default, 0 = recorded, no vote):",
+            *self._evidence_lines(),
+        ]
+        source = resolution.source
+        if source == "census":
+            why = f"the checkpoint census, tier {cfg.deciding_tier}"
+        elif source == "env":
+            why = f"MEMRA_DSPARK_HARVEST={resolution.env_value!r}"
+        else:
+            why = "no signal: the historical default (mask-fill); set MEMRA_DSPARK_HARVEST if it is shifted"
+        lines += ["", f"harvest        {resolution.harvest.name()}  (source: {source}; {why})"]
+        lines += self._geometry_lines()
+        lines += [
+            f"mask_token_id  {cfg.mask_token_id}",
+            f"target_layers  {None if cfg.target_layer_ids is None else list(cfg.target_layer_ids)}",
+        ]
+        lines += [f"{'sglang ' + v.version:<14} {v.what()}  ({v.how})" for v in self.servability]
+        if self.unservable:
+            lines.append(f"sglang cannot serve this: {self.unservable}")
+        lines += [f"WARNING: {warning}" for warning in self.warnings]
+        return "\n".join(printable(line) for line in lines)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -46,7 +207,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def inspect_checkpoint(
     path: str, environ: dict[str, str] | None = None, target: str | None = None
 ) -> dict[str, Any]:
-    """The ``--json`` report of ``path``; raises the typed errors on a refusal.
+    """The ``--json`` report of ``path`` (``inspect_report(...).to_json()``); raises the typed errors
+    on a refusal."""
+    return inspect_report(path, environ, target).to_json()
+
+
+def inspect_report(
+    path: str, environ: dict[str, str] | None = None, target: str | None = None
+) -> InspectReport:
+    """The report of ``path``; raises the typed errors on a refusal.
 
     ``servability`` is what each tested sglang release serves for a launch of this draft (with
     ``target`` as ``--model-path``, a local folder): the serving plan's own decision, the same
@@ -59,15 +228,18 @@ def inspect_checkpoint(
     are ``null`` and ``manifest`` is ``null`` (sglang takes the width from its block-size flag).
     """
     from ..census import census
+    from ..geometry import RoundGeometry, build_manifest
     from ..harvest import DsparkHarvest
     from ..serving.capture import uncapturable_message
+    from ..serving.request import LaunchRequest
 
     found = _bundled_in(path)
     if target is not None:
         _require_local_target(target, bundling=found is not None)
     cfg = census(path if found is None else found[1].folder)
     resolution = DsparkHarvest.explain(cfg, environ=environ)
-    geometry_json, manifest = _geometry(cfg, resolution)
+    geometry = None if cfg.block_size is None else RoundGeometry(resolution.harvest, cfg.block_size)
+    manifest = None if geometry is None else build_manifest(geometry, resolution, cfg, producer="inspect")
     unservable = None
     if cfg.num_target_layers is not None and cfg.target_layer_ids is not None:
         architecture = None if found is None else found[1].target_architecture
@@ -75,36 +247,16 @@ def inspect_checkpoint(
             cfg.target_layer_ids, cfg.num_target_layers, target_architecture=architecture
         )
         unservable = why or None
-    from ..serving.request import LaunchRequest
-
-    report = _report(cfg, resolution, geometry_json, manifest, unservable)
     env = _harvest_env(environ)
     if found is None:
         served, advice = _per_release(LaunchRequest(draft=cfg.path, target=target, harvest_env=env))
-        bundled_json = None
+        bundled = None
     else:
-        bundling, bundled = found  # a launch of the bundling target with no draft path; local: no download
+        bundling, draft = found  # a launch of the bundling target with no draft path; local: no download
         served, advice = _per_release(LaunchRequest(draft=None, target=str(bundling.folder), harvest_env=env))
-        bundled_json = _bundled_json(path, bundled)
-    report["warnings"] += [a for a in advice if a not in report["warnings"]]
-    return {**report, "servability": [s.to_json() for s in served], "bundled": bundled_json}
-
-
-def _geometry(cfg: Any, resolution: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """The round geometry's report fields and the manifest (``None`` without a block size)."""
-    from ..geometry import BLOCK_SIZE_FLAGS, RoundGeometry, build_manifest
-
-    if cfg.block_size is None:
-        geometry_json: dict[str, Any] = {
-            "harvest": resolution.harvest.name(),
-            "block_size": None,
-            "block_size_flag": BLOCK_SIZE_FLAGS[resolution.harvest],
-            "first_row": resolution.harvest.first_row(),
-            **dict.fromkeys(("n_drafts", "gamma", "verify_window", "harvested_rows", "trained_offsets")),
-        }
-        return geometry_json, None
-    geometry = RoundGeometry(resolution.harvest, cfg.block_size)
-    return geometry.to_json(), build_manifest(geometry, resolution, cfg, producer="inspect")
+        bundled = BundledReport.of(path, draft)
+    warnings = tuple(dict.fromkeys([*resolution.warnings, *advice]))
+    return InspectReport(cfg, resolution, geometry, manifest, unservable, served, bundled, warnings)
 
 
 def _bundled_in(path: str) -> tuple[Any, Any] | None:
@@ -164,139 +316,24 @@ def _per_release(request: Any) -> tuple[tuple[Any, ...], list[str]]:
     return served, advice
 
 
-def _bundled_json(path: str, bundled: Any) -> dict[str, Any]:
-    """Where the bundled draft lives and which tested releases look for it there."""
-    from ..serving.bundled import KEYS
-    from ..serving.releases import TESTED
-    from ..serving.request import SglangSupport
-
-    looks = [v for v in TESTED if bundled.form == KEYS or SglangSupport.for_version(v).dspark_subfolder]
-    return {
-        "form": bundled.form,
-        "target": path,
-        "checkpoint": bundled.folder,
-        "draft_path": bundled.draft,
-        "found_by": looks,
-    }
-
-
-def _report(
-    cfg: Any, resolution: Any, geometry_json: dict[str, Any], manifest: Any, unservable: str | None
-) -> dict[str, Any]:
-    return {
-        **geometry_json,
-        "source": resolution.source,
-        "env_value": resolution.env_value,
-        "census_harvest": None if resolution.census_harvest is None else resolution.census_harvest.name(),
-        "deciding_tier": cfg.deciding_tier,
-        "checkpoint": cfg.path,
-        "architecture": cfg.architecture,
-        "mask_token_id": cfg.mask_token_id,
-        "target_layer_ids": None if cfg.target_layer_ids is None else list(cfg.target_layer_ids),
-        "num_target_layers": cfg.num_target_layers,
-        "vocab_size": cfg.vocab_size,
-        "markov_rank": cfg.markov_rank,
-        "evidence": [s.to_json() for s in cfg.evidence],
-        "warnings": list(resolution.warnings),
-        "sglang_cannot_serve": unservable,
-        "manifest": manifest,
-    }
-
-
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run ``inspect``; returns the exit code (0, or 2 on a refusal)."""
     out = sys.stdout if out is None else out
     try:
-        report = inspect_checkpoint(args.path, target=args.target)
+        report = inspect_report(args.path, target=args.target)
     except DsparkHarvestError as exc:
         return refuse(exc, "inspect", args.json, out)
-    emit(out, args.json, lambda: report, lambda: format_report(report))
+    emit(out, args.json, report.to_json, report.text)
     return EXIT_OK
 
 
-def _value(value: Any, limit: int = 48) -> str:
-    text = json.dumps(value, default=str)  # ensure_ascii: no raw control character reaches the terminal
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _bundled_lines(bundled: dict[str, Any] | None) -> list[str]:
-    """The target and where its bundled draft lives (nothing for a draft inspected by its own path)."""
-    if bundled is None:
-        return []
-    from ..serving.bundled import DRAFT_FLAG
-
-    where = "its config.json's dspark_* keys" if bundled["form"] == "dspark_keys" else "its dspark/ subfolder"
-    found_by = f"sglang {', '.join(bundled['found_by'])}" if bundled["found_by"] else "no tested sglang"
-    return [
-        f"target         {bundled['target']}",
-        f"bundled        {bundled['form']}: a draft in the target ({where}), found with no {DRAFT_FLAG} "
-        f"by {found_by}",
-    ]
-
-
-def _served_line(served: dict[str, Any]) -> str:
-    """``sglang 0.5.23  DSPARK, sample_from_anchor=false  (how)``: one release's verdict."""
-    what = served["builtin"] or "cannot serve"
-    if served["sample_from_anchor"] is False:
-        what += ", sample_from_anchor=false"
-    if served["needs"]:
-        what += f" with {served['needs']} N"
-    return f"{'sglang ' + served['version']:<14} {what}  ({served['how']})"
-
-
-def format_report(report: dict[str, Any]) -> str:
-    """The human-readable form of an ``inspect`` report."""
-    lines = [
-        *_bundled_lines(report.get("bundled")),
-        f"checkpoint     {report['checkpoint']}",
-        f"architecture   {report['architecture'] or '(none)'}",
-        "",
-        "evidence (tier 1 = explicit declaration, 2 = structural default, 0 = recorded, no vote):",
-    ]
-    evidence = report["evidence"]
-    if evidence:
-        width = max(len("signal"), *(len(s["signal"]) for s in evidence))
-        lines.append(f"  {'tier':<12} {'vote':<7} {'signal':<{width}}  value")
-        for s in evidence:
-            tier = f"{s['tier']} {TIER_NAMES.get(s['tier'], '')}"
-            line = f"  {tier:<12} {s['vote'] or '-':<7} {s['signal']:<{width}}  {_value(s['value'])}"
-            lines.append(line + (f"  ({s['note']})" if s.get("note") else ""))
-    else:
-        lines.append("  (no signal at all)")
-    source = report["source"]
-    if source == "census":
-        why = f"the checkpoint census, tier {report['deciding_tier']}"
-    elif source == "env":
-        why = f"MEMRA_DSPARK_HARVEST={report['env_value']!r}"
-    else:
-        why = "no signal: the historical default (mask-fill); set MEMRA_DSPARK_HARVEST if it is shifted"
-    rows = report["harvested_rows"]
-    offsets = report["trained_offsets"]
-    lines += ["", f"harvest        {report['harvest']}  (source: {source}; {why})"]
-    if report["block_size"] is None:
-        flag = report["block_size_flag"]
-        lines += [
-            f"block_size     unknown  (the config gives none; sglang takes it from {flag})",
-            f"first_row      {report['first_row']}",
-        ]
-    else:
-        lines += [
-            f"block_size     {report['block_size']}",
-            f"first_row      {report['first_row']}",
-            f"n_drafts       {report['n_drafts']}  (rows {rows[0]}..{rows[-1]}, trained offsets "
-            f"+{offsets[0]}..+{offsets[-1]})",
-            f"verify_window  {report['verify_window']}",
-        ]
-    lines += [
-        f"mask_token_id  {report['mask_token_id']}",
-        f"target_layers  {report['target_layer_ids']}",
-    ]
-    lines += [_served_line(served) for served in report.get("servability", ())]
-    if report.get("sglang_cannot_serve"):
-        lines.append(f"sglang cannot serve this: {report['sglang_cannot_serve']}")
-    for warning in report["warnings"]:
-        lines.append(f"WARNING: {warning}")
-    return "\n".join(printable(line) for line in lines)
-
-
-__all__ = ["add_parser", "run", "inspect_checkpoint", "format_report", "EXIT_OK", "EXIT_REFUSED"]
+__all__ = [
+    "BundledReport",
+    "EXIT_OK",
+    "EXIT_REFUSED",
+    "InspectReport",
+    "add_parser",
+    "inspect_checkpoint",
+    "inspect_report",
+    "run",
+]

@@ -2,13 +2,14 @@
 what a ``DSPARK_HARVEST`` launch serves, once; the sglang adapters (``sglang_plugin``) only translate
 sglang's arguments into a request and the plan back into sglang's arguments and workers.
 
-``layout`` names the builtin and its query layout, ``refusals`` holds every refusal the plugin owns,
-``plan`` the request, the support record, the plan and the function that makes it.
+``layout`` holds the arms (builtin, query layout, parent worker), ``refusal`` what a refusal is (each
+check lives beside what it checks), ``plan`` the request, the support record, the plan and the
+function that makes it.
 """
 
-from .layout import DFLASH, DSPARK, MASK_FILL, MASK_FILL_DSPARK, SHIFTED, Layout, layout_for
+from .layout import DFLASH, DSPARK, MASK_FILL, MASK_FILL_DSPARK, SHIFTED, Arm, layout_for
 from .plan import MANIFEST_ENV_VAR, LaunchRequest, ServePlan, SglangSupport, make_plan
-from .refusals import ALGORITHM, ServeRefusal
+from .refusal import ALGORITHM, ServeRefusal
 
 __all__ = [
     "ALGORITHM",
@@ -18,7 +19,7 @@ __all__ = [
     "MASK_FILL",
     "MASK_FILL_DSPARK",
     "SHIFTED",
-    "Layout",
+    "Arm",
     "LaunchRequest",
     "ServePlan",
     "ServeRefusal",

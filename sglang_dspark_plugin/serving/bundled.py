@@ -33,8 +33,10 @@ from ..census.rules import SGLANG_BUNDLE_KEYS
 from ..checkpoint.files import printable, regular_file
 from ..errors import InvalidCheckpointError, UnsupportedCheckpointError
 from ..harvest import ENV_VAR, DsparkHarvest, Resolution
-from .layout import DSPARK, Layout
-from .refusals import ALGORITHM, ServeRefusal, require_mask_token
+from .layout import DSPARK, Arm
+from .refusal import ALGORITHM, ServeRefusal
+from .releases import first_release
+from .servability import require_mask_token
 from .target_checkpoint import CONFIG_PATTERNS, TargetCheckpoint
 
 if TYPE_CHECKING:
@@ -142,13 +144,14 @@ def find_bundled_draft(
     if sub is not None and support.dspark_subfolder:
         return _draft_in(target, SUBFOLDER), ()
     if sub is not None:
+        first = first_release(lambda r: r.dspark_subfolder)
         raise ServeRefusal(
             f"{ALGORITHM}: the launch names no draft and the target {printable(target.name)} holds one in "
             f"its {SUBFOLDER_NAME}/ subfolder ({printable(sub / CONFIG)}), but sglang {support.version}'s "
             "DSPARK does not look there (its handler knows only the dspark_* keys of the target's "
-            "config.json; sglang 0.5.23 looks in dspark/ too), so the builtin refuses this launch as well "
+            f"config.json; sglang {first} looks in dspark/ too), so the builtin refuses this launch as well "
             f'("DSpark dense speculative decoding requires setting {DRAFT_FLAG}"). Pass {DRAFT_FLAG} '
-            f"{printable(sub)}, or serve with sglang 0.5.23 or later.",
+            f"{printable(sub)}, or serve with sglang {first} or later.",
             kind="unsupported",
             where=DRAFT_FLAG,
         )
@@ -169,7 +172,7 @@ def _no_draft(why: str, places: tuple[str, ...]) -> InvalidCheckpointError:
     )
 
 
-def require_finding_builtin(bundled: BundledDraft, layout: Layout, folder: str) -> None:
+def require_finding_builtin(bundled: BundledDraft, layout: Arm, folder: str) -> None:
     """Only DSPARK finds a draft bundled in the target: a draft DFLASH serves needs its path."""
     if layout.builtin == DSPARK:
         return

@@ -20,7 +20,7 @@ reserve (PR 33581's fix), its own headroom is at least this and the plugin adds 
 
 from __future__ import annotations
 
-from .refusals import ALGORITHM, ServeRefusal
+from .refusal import ALGORITHM, ServeRefusal
 
 ROW_BASE_EXTRA = 4
 """sglang's fixed row headroom beyond ``context_len + W`` (its ``4 + max_speculative_num_draft_tokens``)."""

@@ -17,7 +17,7 @@ from typing import Any
 from ..checkpoint.files import MAX_CONFIG_BYTES, MAX_JSON_DEPTH, json_depth, read_bounded
 from ..errors import InvalidCheckpointError, printable
 from ..settings import PEER_MANIFEST
-from .refusals import ALGORITHM, ServeRefusal
+from .refusal import ALGORITHM, ServeRefusal
 
 COMPARED = (
     "harvest",

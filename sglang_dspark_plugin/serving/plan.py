@@ -30,18 +30,12 @@ from .bundled import (
     require_finding_builtin,
     same_path,
 )
+from .capture import refuse_uncapturable
 from .context_edge import reserve_headroom, row_refusal, row_statement
-from .layout import DSPARK, Layout, architectures_of, layout_for
+from .layout import DSPARK, Arm, architectures_of, layout_for
 from .manifest import write_manifest
 from .peer import check_peer
-from .refusals import (
-    ALGORITHM,
-    as_serve_refusal,
-    check_servable,
-    flag_int,
-    refuse_disaggregation,
-    refuse_uncapturable,
-)
+from .refusal import ALGORITHM, as_serve_refusal
 from .request import (
     DSPARK_BLOCK_FLAG,
     MANIFEST_ENV_VAR,
@@ -50,9 +44,10 @@ from .request import (
     flag_field,
 )
 from .route import DraftRoute, route_for
+from .servability import check_servable
 from .target_checkpoint import TargetCheckpoint, load_target
-from .topology import arm_of, topology_line
-from .width import served_block_size
+from .topology import refuse_disaggregation, topology_line
+from .width import flag_int, served_block_size
 
 
 @dataclass(frozen=True)
@@ -64,7 +59,7 @@ class ServePlan:
     cfg: DflashCfg
     resolution: Resolution
     geometry: RoundGeometry
-    layout: Layout
+    layout: Arm
     block_size_source: str  # "config.json", or the flag that gave it
     manifest: dict[str, Any] = field(compare=False)
     trained_block_size: int | None = None  # the checkpoint's block when the launch serves a narrower one
@@ -189,7 +184,7 @@ class ServePlan:
         write the manifest where the launch asked for one (the launcher does; its scheduler processes
         only log)."""
         logger.info("%s", self.describe())
-        logger.info("%s %s", ALGORITHM, topology_line(self.support.version, arm_of(self.layout)))
+        logger.info("%s %s", ALGORITHM, topology_line(self.support.version, self.layout.name))
         for warning in (*self.resolution.warnings, *self.advice):
             logger.warning("%s: %s", ALGORITHM, warning)
         logger.info(
@@ -276,7 +271,7 @@ def _resolve(request: LaunchRequest, support: SglangSupport) -> _Draft:
     return _Draft(cfg, resolution, geometry, source, bundled, advice, target)
 
 
-def _steps_advice(request: LaunchRequest, layout: Layout) -> tuple[str, ...]:
+def _steps_advice(request: LaunchRequest, layout: Arm) -> tuple[str, ...]:
     """A WARNING for each steps/topk flag other than 1: the builtin's handler overrides it to 1."""
     given = (("--speculative-num-steps", request.num_steps), ("--speculative-eagle-topk", request.eagle_topk))
     return tuple(

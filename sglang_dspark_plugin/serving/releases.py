@@ -8,8 +8,10 @@ each release's draft classes, its features, and the support record of a release 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
+from typing import Any
 
 DFLASH, DSPARK = "DFLASH", "DSPARK"
 
@@ -27,6 +29,8 @@ class Release:
     resolution_hooks: bool  # the resolution-hook API (arg_groups/resolution_hooks.py): adapter_0523
     tested: bool = False  # CI runs the whole suite on it; the others are measured by release_matrix.py
     dspark_head_in_dflash_config: bool = False  # DSPARK's parse reads the Markov head in dflash_config
+    refused_topologies: tuple[tuple[str, str, str], ...] = ()  # (builtin, topology, the builtin's reason)
+    # beside what the features above refuse (``topology.outcomes``); measured on the tested releases
 
     @property
     def builds(self) -> dict[str, frozenset[str]]:
@@ -39,11 +43,28 @@ _DFLASH_0518 = _DFLASH_0517 | {"MuseGlimmerAssistantModel"}
 _DFLASH_0519 = _DFLASH_0518 | {"DFlash2DraftModel"}
 _DSPARK_0517 = frozenset({"Qwen3DSparkModel", "DSparkDraftModel"})
 _DSPARK_0519 = _DSPARK_0517 | {"LingDSparkModel", "Lfm2DSparkDraftModel"}
+_DFLASH_PP = "sglang's DFLASH supports pp_size == 1 only"
+_NO_PP = tuple((DFLASH, t, _DFLASH_PP) for t in ("PP", "PP on a PD prefill server"))
 _PD_DSPARK = (DSPARK,)
 _PD_BOTH = (DFLASH, DSPARK)
 
 RELEASES: tuple[Release, ...] = (
-    Release("0.5.17", _DFLASH_0517, _DSPARK_0517, False, _PD_DSPARK, False, False, tested=True),
+    Release(
+        "0.5.17",
+        _DFLASH_0517,
+        _DSPARK_0517,
+        False,
+        _PD_DSPARK,
+        False,
+        False,
+        tested=True,
+        refused_topologies=(
+            (DFLASH, "DP attention", "sglang 0.5.17's DFLASH does not support dp attention"),
+            *_NO_PP,
+            (DSPARK, "PP", "sglang 0.5.17's DSPARK supports pp_size == 1 only"),
+            (DSPARK, "PP on a PD prefill server", "sglang 0.5.17's DSPARK supports pp_size == 1 only"),
+        ),
+    ),
     Release("0.5.18", _DFLASH_0518, _DSPARK_0517, False, _PD_DSPARK, False, False),
     Release("0.5.19", _DFLASH_0519, _DSPARK_0519, True, _PD_DSPARK, False, False),
     Release("0.5.20", _DFLASH_0519, _DSPARK_0519, True, _PD_BOTH, False, True),
@@ -59,6 +80,10 @@ RELEASES: tuple[Release, ...] = (
         True,
         tested=True,
         dspark_head_in_dflash_config=True,  # dspark_config.py:206-211 merges it under dspark_config
+        refused_topologies=(
+            *_NO_PP,
+            (DSPARK, "PP", "sglang's DSPARK runs pipeline parallelism on a PD prefill server only"),
+        ),
     ),
 )
 """Every release from 0.5.17 to 0.5.23, oldest first."""
@@ -67,6 +92,29 @@ BY_VERSION: dict[str, Release] = {r.version: r for r in RELEASES}
 TESTED: tuple[str, ...] = tuple(r.version for r in RELEASES if r.tested)
 """The releases CI tests (``inspect`` reports these, ``doctor`` calls them supported)."""
 LAST_MEASURED: str = RELEASES[-1].version
+
+
+def first_release(feature: Callable[[Release], Any]) -> str:
+    """The oldest release whose row has ``feature`` (``lambda r: r.mask_fill_dspark``): the "from
+    0.5.19" of a message, read from the table."""
+    return next(r.version for r in RELEASES if feature(r))
+
+
+def spans(feature: Callable[[Release], Any]) -> list[tuple[str, Any]]:
+    """``feature`` over the table, adjacent releases alike merged: ``[("0.5.17 to 0.5.19", ...),
+    ("0.5.20 on", ...)]`` (the last span is what the plan assumes of newer releases too)."""
+    groups: list[list[Release]] = []
+    for r in RELEASES:
+        if groups and feature(groups[-1][0]) == feature(r):
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    named = []
+    for i, g in enumerate(groups):
+        first, last = g[0].version, g[-1].version
+        name = f"{first} on" if i == len(groups) - 1 else first if first == last else f"{first} to {last}"
+        named.append((name, feature(g[0])))
+    return named
 
 
 def installed_sglang() -> str | None:
@@ -125,6 +173,8 @@ __all__ = [
     "RELEASES",
     "Release",
     "TESTED",
+    "first_release",
+    "spans",
     "nearest",
     "newer_than_measured",
     "untested_warning",

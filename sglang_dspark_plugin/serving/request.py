@@ -29,13 +29,15 @@ def flag_field(flag: str) -> str:
 
 @dataclass(frozen=True)
 class SglangSupport:
-    """What the running sglang can serve, as far as the plan's decisions go."""
+    """What the running sglang can serve, as far as the plan's decisions go: its row of the release
+    table (``for_version``) or, for the running sglang, the same features read from its code."""
 
     version: str
-    mask_fill_dspark: bool  # DSPARK reads sample_from_anchor (the mask-fill layout): 0.5.19 on
-    disaggregation: tuple[str, ...] = ("DSPARK",)  # builtins whose prefill->decode draft state it builds
-    dspark_subfolder: bool = False  # DSPARK finds a draft in the target's dspark/ subfolder: 0.5.23 on
+    mask_fill_dspark: bool  # DSPARK reads sample_from_anchor (the mask-fill layout)
+    disaggregation: tuple[str, ...]  # builtins whose prefill->decode draft state it builds
+    dspark_subfolder: bool  # DSPARK finds a draft in the target's dspark/ subfolder
     dflash_reads_layout: bool = False  # DFLASH's draft-config parser reads the anchor-first keys itself
+    # (no release of the table does: sglang PRs 40203 and 40181; the adapters detect it)
 
     @classmethod
     def for_version(cls, version: str) -> SglangSupport:

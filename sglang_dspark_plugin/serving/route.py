@@ -18,7 +18,7 @@ from typing import Any
 from ..census.architectures import SGLANG_BUNDLED_DSPARK, SGLANG_DENSE_DSPARK, SGLANG_DSPARK_ARM
 from ..census.draft_config import DflashCfg
 from ..census.markov import HEAD_KEY_SPELLINGS
-from .layout import DSPARK, Layout
+from .layout import DSPARK, Arm
 
 DFLASH_MODEL = "DFlashDraftModel"
 """sglang's DFlash draft class, which a DSpark-named mask-fill drafter without a head loads as."""
@@ -114,7 +114,7 @@ def served_head(cfg: DflashCfg) -> ServedHead | None:
     return None if head.head_type is None else ServedHead(head.rank, head.head_type)
 
 
-def route_for(layout: Layout, cfg: DflashCfg, architectures: tuple[str, ...]) -> DraftRoute:
+def route_for(layout: Arm, cfg: DflashCfg, architectures: tuple[str, ...]) -> DraftRoute:
     """The route of a draft of ``architectures`` (the classes sglang loads) served in ``layout``."""
     if layout.builtin != DSPARK:
         names = tuple(a for a in architectures if a in SGLANG_DENSE_DSPARK)

@@ -11,12 +11,18 @@ and fails when an outcome differs from it. ``doctor``, the startup lines and doc
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .layout import MASK_FILL_DSPARK, SHIFTED, Layout
+from .layout import ARMS as _ARMS
+from .layout import Arm
+from .refusal import ALGORITHM, ServeRefusal
+from .releases import RELEASES, Release, first_release, spans
 
-ARMS = ("dflash", "dspark", "mask-fill DSpark")
-"""The dflash arm (DFLASH), the dspark arm (DSPARK, anchor-first), a mask-fill drafter with a Markov
-head (DSPARK, ``sample_from_anchor`` false)."""
+if TYPE_CHECKING:
+    from .request import LaunchRequest, SglangSupport
+
+ARMS = tuple(arm.name for arm in _ARMS)
+"""The arms' names (``layout.ARMS``), the table's rows per release."""
 
 
 @dataclass(frozen=True)
@@ -48,48 +54,32 @@ SERVED_ON_CPU = frozenset({"single GPU"})
 resolved on CPU and served on GPUs only (scripts/gpu_validate.py)."""
 
 SERVED = "served"
+PD_TOPOLOGIES = ("PD prefill", "PD decode")
 
-_DFLASH_PP = "refused: sglang's DFLASH supports pp_size == 1 only"
-_NO_MASK_FILL = (
-    "refused: sglang 0.5.17's DSPARK has no mask-fill layout (sample_from_anchor), its DFLASH no Markov head"
-)
-_0517_DSPARK = {t.name: SERVED for t in TOPOLOGIES} | {
-    "PP": "refused: sglang 0.5.17's DSPARK supports pp_size == 1 only",
-    "PP on a PD prefill server": "refused: sglang 0.5.17's DSPARK supports pp_size == 1 only",
-}
-_0523_DSPARK = {t.name: SERVED for t in TOPOLOGIES} | {
-    "PP": "refused: sglang's DSPARK runs pipeline parallelism on a PD prefill server only",
-}
+
+def outcomes(release: Release, arm: Arm) -> dict[str, str]:
+    """Each topology of ``arm`` on ``release``: ``served`` or ``refused: <reason>``, from its row (the
+    mask-fill layout, the builtins under disaggregation, the builtin's other refusals)."""
+    if arm.mask_fill_dspark and not release.mask_fill_dspark:
+        first = first_release(lambda r: r.mask_fill_dspark)
+        why = (
+            f"refused: sglang {release.version}'s DSPARK has no mask-fill layout (sample_from_anchor, "
+            f"from {first}), its DFLASH no Markov head"
+        )
+        return {t.name: why for t in TOPOLOGIES}
+    cells = {t.name: SERVED for t in TOPOLOGIES}
+    if arm.builtin not in release.pd_builtins:
+        no_pd = f"refused: sglang {release.version} builds no prefill->decode draft state for {arm.builtin}"
+        cells |= dict.fromkeys(PD_TOPOLOGIES, no_pd)
+    return cells | {t: f"refused: {why}" for b, t, why in release.refused_topologies if b == arm.builtin}
+
 
 MEASURED: dict[str, dict[str, dict[str, str]]] = {
-    "0.5.17": {
-        "dflash": {t.name: SERVED for t in TOPOLOGIES}
-        | {
-            "DP attention": "refused: sglang 0.5.17's DFLASH does not support dp attention",
-            "PD prefill": "refused: sglang 0.5.17 builds no prefill->decode draft state for DFLASH",
-            "PD decode": "refused: sglang 0.5.17 builds no prefill->decode draft state for DFLASH",
-            "PP": _DFLASH_PP,
-            "PP on a PD prefill server": _DFLASH_PP,
-        },
-        "dspark": _0517_DSPARK,
-        "mask-fill DSpark": {t.name: _NO_MASK_FILL for t in TOPOLOGIES},
-    },
-    "0.5.23": {
-        "dflash": {t.name: SERVED for t in TOPOLOGIES}
-        | {"PP": _DFLASH_PP, "PP on a PD prefill server": _DFLASH_PP},
-        "dspark": _0523_DSPARK,
-        "mask-fill DSpark": _0523_DSPARK,
-    },
+    r.version: {arm.name: outcomes(r, arm) for arm in _ARMS} for r in RELEASES if r.tested
 }
-"""Per release, arm and topology: ``served`` or ``refused: <reason>`` (DP attention also needs
-``--enable-dp-lm-head`` on both builtins; the builtin refuses it otherwise, and so does the plugin)."""
-
-
-def arm_of(layout: Layout) -> str:
-    """The arm a plan's layout serves: ``dflash``, ``dspark`` or ``mask-fill DSpark``."""
-    if layout == MASK_FILL_DSPARK:
-        return "mask-fill DSpark"
-    return "dspark" if layout == SHIFTED else "dflash"
+"""Per tested release, arm and topology: ``served`` or ``refused: <reason>`` (DP attention also needs
+``--enable-dp-lm-head`` on both builtins; the builtin refuses it otherwise, and so does the plugin).
+Measured on the releases CI tests, derived from their rows of the release table."""
 
 
 def cell(version: str, arm: str, topology: str) -> str:
@@ -107,10 +97,14 @@ def topology_line(version: str, arm: str) -> str:
     if version not in MEASURED:
         return (
             f"topologies for the {arm} arm on sglang {version}: not measured on this release (measured: "
-            f"{', '.join(MEASURED)}); sglang's own {'DFLASH' if arm == 'dflash' else 'DSPARK'} checks decide"
+            f"{', '.join(MEASURED)}); sglang's own {_builtin_of(arm)} checks decide"
         )
     parts = [f"{t.name} {MEASURED[version][arm][t.name]}" for t in TOPOLOGIES]
     return f"topologies for the {arm} arm on sglang {version}: " + "; ".join(parts)
+
+
+def _builtin_of(arm: str) -> str:
+    return next(a.builtin for a in _ARMS if a.name == arm)
 
 
 def markdown_table() -> str:
@@ -125,14 +119,40 @@ def markdown_table() -> str:
     return "\n".join([head, rule, *rows])
 
 
+def refuse_disaggregation(request: LaunchRequest, layout: Arm, support: SglangSupport) -> None:
+    """Prefill-decode disaggregation where the builtin serves it; refused, with sglang's reason, where
+    this sglang builds no prefill->decode draft state for that builtin (it would fail on the first
+    transferred request, not at launch)."""
+    mode = request.disaggregation_mode
+    if mode in (None, "null") or layout.builtin in support.disaggregation:
+        return
+    raise ServeRefusal(
+        f"{ALGORITHM}: --disaggregation-mode {mode} with a draft served as {layout.builtin}: sglang "
+        f"{support.version} builds the prefill->decode draft state (SpeculativeAlgorithm."
+        f"build_disagg_draft_input) for {', '.join(support.disaggregation) or 'no'} DFlash-family "
+        f"builtin only, so the builtin {layout.builtin} itself would fail on the first transferred "
+        "request. Serve without --disaggregation-mode, or with an sglang whose "
+        f"{layout.builtin} supports it (the builtins served under disaggregation: {_pd_spans()}).",
+        kind="unsupported",
+        where="--disaggregation-mode",
+    )
+
+
+def _pd_spans() -> str:
+    """``0.5.17 to 0.5.19 DSPARK; 0.5.20 on DFLASH and DSPARK``, from the release table."""
+    return "; ".join(f"{span} {' and '.join(b)}" for span, b in spans(lambda r: r.pd_builtins))
+
+
 __all__ = [
     "ARMS",
     "TOPOLOGIES",
     "MEASURED",
+    "PD_TOPOLOGIES",
     "SERVED",
     "SERVED_ON_CPU",
     "Topology",
-    "arm_of",
+    "outcomes",
+    "refuse_disaggregation",
     "cell",
     "topology_line",
     "markdown_table",

@@ -15,9 +15,9 @@ from typing import Any
 
 from ..census.architectures import SGLANG_DENSE_DSPARK
 from ..errors import DsparkHarvestError, MissingBlockSizeError
-from .layout import DSPARK
+from .layout import DSPARK, Arm
 from .plan import ServePlan, make_plan
-from .refusals import ALGORITHM
+from .refusal import ALGORITHM
 from .request import DFLASH_BLOCK_FLAG, DSPARK_BLOCK_FLAG, LaunchRequest, SglangSupport
 
 TRIAL_BLOCK_SIZE = 8
@@ -29,9 +29,8 @@ class Servability:
     """How one sglang release serves a launch: its builtin and DSPARK layout, or why it refuses."""
 
     version: str
-    builtin: str | None  # "DFLASH", "DSPARK"; None: this release refuses the launch
+    arm: Arm | None  # the plan's arm (builtin, query layout); None: this release refuses the launch
     harvest: str | None  # the plan's harvest ("dflash", "dspark"); None when refused
-    sample_from_anchor: bool | None  # DSPARK's query layout; None for DFLASH or when refused
     how: str  # the class that builds it, or the plan's refusal
     needs: str | None = None  # a flag the launch must add (the block size config.json leaves out)
     kind: str | None = None  # the refusal's kind ("unsupported", "invalid", ...)
@@ -41,15 +40,28 @@ class Servability:
     @property
     def servable(self) -> bool:
         """Whether this release serves the launch (with ``needs`` where one is named)."""
-        return self.builtin is not None
+        return self.arm is not None
+
+    @property
+    def builtin(self) -> str | None:
+        """``DFLASH``, ``DSPARK``; None when refused."""
+        return None if self.arm is None else self.arm.builtin
+
+    @property
+    def sample_from_anchor(self) -> bool | None:
+        """DSPARK's query layout; None for DFLASH or when refused."""
+        return None if self.arm is None else self.arm.sample_from_anchor
+
+    def what(self) -> str:
+        """``DSPARK``, ``DSPARK, sample_from_anchor=false``, ``DFLASH`` (with the flag it needs) or
+        ``cannot serve``."""
+        if self.arm is None:
+            return "cannot serve"
+        return self.arm.describe() + (f" with {self.needs} N" if self.needs else "")
 
     def describe(self) -> str:
-        """``DSPARK``, ``DSPARK, sample_from_anchor=false``, ``DFLASH`` or ``cannot serve``, and how."""
-        if self.builtin is None:
-            return f"cannot serve ({self.how})"
-        layout = ", sample_from_anchor=false" if self.sample_from_anchor is False else ""
-        needs = f" with {self.needs} N" if self.needs else ""
-        return f"{self.builtin}{layout}{needs} ({self.how})"
+        """``what()`` and how."""
+        return f"{self.what()} ({self.how})"
 
     def to_json(self) -> dict[str, Any]:
         """``{version, builtin, harvest, sample_from_anchor, servable, how, needs, kind, where}``."""
@@ -85,15 +97,13 @@ def how_served(plan: ServePlan) -> str:
 
 
 def _served(plan: ServePlan, needs: str | None) -> Servability:
-    version = plan.support.version
-    layout = plan.layout.sample_from_anchor
-    harvest = plan.resolution.harvest.name()
-    return Servability(version, plan.builtin, harvest, layout, how_served(plan), needs, advice=plan.advice)
+    version, harvest = plan.support.version, plan.resolution.harvest.name()
+    return Servability(version, plan.layout, harvest, how_served(plan), needs, advice=plan.advice)
 
 
 def _refused(version: str, err: DsparkHarvestError) -> Servability:
     why = err.message.removeprefix(f"{ALGORITHM}: ")
-    return Servability(version, None, None, None, why, kind=err.kind, where=err.where)
+    return Servability(version, None, None, why, kind=err.kind, where=err.where)
 
 
 def release_verdict(request: LaunchRequest, support: SglangSupport) -> Servability:

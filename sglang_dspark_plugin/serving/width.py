@@ -11,13 +11,14 @@ rows never trained: the silent collapse, refused. Flags that disagree with each 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ..errors import GeometryError
+from ..errors import GeometryError, InvalidCheckpointError
 from ..geometry import BLOCK_SIZE_FLAGS, RoundGeometry
 from ..harvest import ENV_VAR, DsparkHarvest
-from .layout import DSPARK, Layout
-from .refusals import ALGORITHM, flag_int
+from ..util.validation import is_int
+from .layout import DSPARK, Arm
+from .refusal import ALGORITHM
 
 if TYPE_CHECKING:
     from .request import LaunchRequest
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 NUM_DRAFT_TOKENS_FLAG = "--speculative-num-draft-tokens"
 
 
-def requested_blocks(request: LaunchRequest, trained: RoundGeometry, layout: Layout) -> dict[str, int]:
+def requested_blocks(request: LaunchRequest, trained: RoundGeometry, layout: Arm) -> dict[str, int]:
     """``{flag: the block size it asks for}`` for every width flag the launch gives."""
     out: dict[str, int] = {}
     shifted = trained.harvest is DsparkHarvest.DSPARK
@@ -50,7 +51,7 @@ def _text(g: RoundGeometry, checkpoint: str) -> str:
     )
 
 
-def served_block_size(request: LaunchRequest, trained: RoundGeometry, layout: Layout, checkpoint: str) -> int:
+def served_block_size(request: LaunchRequest, trained: RoundGeometry, layout: Arm, checkpoint: str) -> int:
     """The block the launch serves: the trained one, or the narrower one its flags agree on."""
     asked = requested_blocks(request, trained, layout)
     if len(set(asked.values())) > 1:
@@ -84,7 +85,7 @@ def served_block_size(request: LaunchRequest, trained: RoundGeometry, layout: La
     return block
 
 
-def _flag_value(flag: str, g: RoundGeometry, layout: Layout) -> int:
+def _flag_value(flag: str, g: RoundGeometry, layout: Arm) -> int:
     """What ``flag`` says for geometry ``g`` in its builtin's terms."""
     if flag == NUM_DRAFT_TOKENS_FLAG:
         return g.verify_window
@@ -93,4 +94,18 @@ def _flag_value(flag: str, g: RoundGeometry, layout: Layout) -> int:
     return g.block_size
 
 
-__all__ = ["NUM_DRAFT_TOKENS_FLAG", "requested_blocks", "served_block_size"]
+def flag_int(flag: str, value: Any) -> int:
+    """A width flag's value as an integer (sglang may hand it over as a string); refused otherwise."""
+    if is_int(value):
+        return value
+    text = value.strip() if isinstance(value, str) else ""
+    if not (text.isascii() and text.isdigit() and len(text) <= 6):
+        raise InvalidCheckpointError(
+            f"{flag} {value!r} is not a block size or a window; pass the number of rows the drafter was "
+            "trained with (an integer >= 2), or add block_size to the draft's config.json.",
+            where=flag,
+        )
+    return int(text)
+
+
+__all__ = ["NUM_DRAFT_TOKENS_FLAG", "flag_int", "requested_blocks", "served_block_size"]

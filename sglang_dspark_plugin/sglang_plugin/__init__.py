@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..serving import ALGORITHM
-from ..serving.refusals import SGLANG_FIX
+from ..serving.refusal import SGLANG_FIX
 from ..serving.releases import untested_warning
 from ..util.logsafe import safe_logger
 from . import builtin, contract, hooks

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..serving import ALGORITHM, make_plan
+from ..serving.layout import BUILTINS
 from ..util.logsafe import safe_logger
 from .contract import require_worker_contract
 from .hooks import register_once
@@ -71,7 +72,7 @@ def worker_after_create(result: Any, algorithm: Any, server_args: Any, *args: An
     """AFTER ``SpeculativeAlgorithm.create_worker``: the plugin's worker where the plan says so, and only
     in place of the builtin worker class it subclasses (``None`` keeps sglang's own result)."""
     name = getattr(algorithm, "name", None)
-    if name not in ("DFLASH", "DSPARK"):
+    if name not in BUILTINS:
         return None  # not a builtin the plugin resolves to
     plan = plan_of(server_args)
     if plan is None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import importlib
 
-from ..serving.refusals import WorkerContractError, contract_mismatch
+from ..serving.refusal import WorkerContractError, contract_mismatch
 from ..serving.releases import TESTED
 from ..serving.releases import installed_sglang as sglang_version
 from ..serving.request import REQUEST_ARGS
@@ -96,7 +96,7 @@ def check_worker_contract() -> list[HookStatus]:
 
 
 def mismatch_message(missing: list[HookStatus], outcome: str) -> str:
-    """``refusals.contract_mismatch`` for the installed sglang."""
+    """``refusal.contract_mismatch`` for the installed sglang."""
     return contract_mismatch(sglang_version(), [(s.target, s.problem) for s in missing], outcome)
 
 

@@ -19,8 +19,10 @@ from types import ModuleType
 from typing import Any
 
 from ..serving import ALGORITHM, LaunchRequest, ServePlan, SglangSupport
-from ..serving.refusals import layout_probe_configs, no_plan
+from ..serving.layout import BUILTINS
+from ..serving.refusal import no_plan
 from ..serving.request import REQUEST_ARGS
+from ..serving.servability import layout_probe_configs
 
 PLAN_ATTR = "_dspark_harvest_plan"
 """Private attribute on sglang's server args: the ``ServePlan`` of this launch."""
@@ -106,7 +108,7 @@ def disaggregation_builtins() -> tuple[str, ...]:
         dispatch = None
     return tuple(
         name
-        for name in ("DFLASH", "DSPARK")
+        for name in BUILTINS
         if importlib.util.find_spec(f"sglang.srt.speculative.{name.lower()}_disaggregation") is not None
         and (dispatch is None or f"{name.lower()}_disaggregation" in dispatch)
     )
@@ -127,7 +129,7 @@ def asked_for_plugin(server_args: Any) -> bool:
 
 
 def require_plan(server_args: Any, where: str) -> ServePlan:
-    """The plan, or a refusal (``refusals.no_plan``): a process of a ``DSPARK_HARVEST`` server never
+    """The plan, or a refusal (``refusal.no_plan``): a process of a ``DSPARK_HARVEST`` server never
     re-derives one."""
     plan = plan_of(server_args)
     if plan is None:

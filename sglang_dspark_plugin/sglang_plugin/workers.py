@@ -14,7 +14,7 @@ from sglang.srt.speculative.dspark_components.dspark_worker_v2 import DSparkWork
 
 from ..errors import GeometryError
 from ..serving import ServePlan
-from ..serving.layout import MASK_FILL, MASK_FILL_DSPARK, SHIFTED, Layout
+from ..serving.layout import MASK_FILL, MASK_FILL_DSPARK, SHIFTED, Arm
 from ..serving.placement import AttentionRanks
 from ..serving.rank_agreement import check_rank_agreement, plan_agreement_values
 from ..serving.rounds import WorkerRounds
@@ -92,7 +92,7 @@ def attention_ranks(tp_rank: int) -> AttentionRanks:
 class _HarvestWorkerMixin:
     """The plan, the rank agreement and the plan's round work (``serving.rounds``), common to the arms."""
 
-    dspark_layout: ClassVar[Layout]  # the plan layout this worker serves (``worker_class_for``)
+    dspark_layout: ClassVar[Arm]  # the plan layout this worker serves (``worker_class_for``)
     dspark_plan: ServePlan | None = None
     dspark_rounds: WorkerRounds | None = None  # None on a rank that does not keep the telemetry
 
@@ -177,18 +177,19 @@ class HarvestMaskFillDSparkWorker(HarvestDSparkWorker):
     dspark_layout = MASK_FILL_DSPARK
 
 
-WORKERS: dict[Layout, type] = {
+WORKERS: dict[Arm, type] = {
     cls.dspark_layout: cls for cls in (HarvestDFlashWorker, HarvestDSparkWorker, HarvestMaskFillDSparkWorker)
 }
 """The worker of each plan layout: the one table the factory reads (``worker_class_for``)."""
 
 
 def parent_worker_of(cls: type) -> type:
-    """The sglang worker class a plugin worker subclasses (``DFlashWorkerV2`` or ``DSparkWorkerV2``)."""
-    return DSparkWorkerV2 if issubclass(cls, DSparkWorkerV2) else DFlashWorkerV2
+    """The sglang worker class a plugin worker subclasses: the one its arm names (``Arm.parent_worker``)."""
+    name = cls.dspark_layout.parent_worker  # type: ignore[attr-defined]
+    return next(base for base in (DFlashWorkerV2, DSparkWorkerV2) if base.__name__ == name)
 
 
-def worker_class_for(layout: Layout) -> type:
+def worker_class_for(layout: Arm) -> type:
     """The worker class sglang's scheduler instantiates for a plan's ``layout``."""
     if layout not in WORKERS:
         expected = "; ".join(known.describe() for known in WORKERS)

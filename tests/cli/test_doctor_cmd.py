@@ -99,7 +99,7 @@ def test_sglang_plugins_that_excludes_this_plugin_is_said(
         monkeypatch.delenv("SGLANG_PLUGINS", raising=False)
     else:
         monkeypatch.setenv("SGLANG_PLUGINS", value)
-    assert plugins_setting("dspark_harvest")["excludes_plugin"] is excluded
+    assert plugins_setting("dspark_harvest").excludes_plugin is excluded
 
 
 def test_doctor_fails_and_says_so_when_sglang_plugins_excludes_it() -> None:

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglang_dspark_plugin.serving.layout import MASK_FILL, MASK_FILL_DSPARK, SHIFTED
+from sglang_dspark_plugin.serving import layout
+from sglang_dspark_plugin.serving.releases import BY_VERSION
 from sglang_dspark_plugin.serving.topology import (
     ARMS,
     MEASURED,
     SERVED,
     TOPOLOGIES,
-    arm_of,
     cell,
     markdown_table,
+    outcomes,
     topology_line,
 )
 
@@ -43,8 +44,20 @@ def test_the_line_names_the_release_and_arm() -> None:
     assert "not measured on this release" in topology_line("0.5.20", "dspark")
 
 
-def test_each_layout_is_one_arm() -> None:
-    assert [arm_of(x) for x in (MASK_FILL, SHIFTED, MASK_FILL_DSPARK)] == list(ARMS)
+def test_the_rows_are_the_arms_and_their_outcomes_the_release_rows() -> None:
+    assert ARMS == tuple(a.name for a in layout.ARMS) == ("dflash", "dspark", "mask-fill DSpark")
+    old, new = BY_VERSION["0.5.17"], BY_VERSION["0.5.23"]
+    # a release without the mask-fill layout refuses the arm everywhere, naming the first release with it
+    assert set(outcomes(old, layout.MASK_FILL_DSPARK).values()) == {
+        "refused: sglang 0.5.17's DSPARK has no mask-fill layout (sample_from_anchor, from 0.5.19), its "
+        "DFLASH no Markov head"
+    }
+    # the builtins served under disaggregation come from the row's pd_builtins
+    assert outcomes(old, layout.MASK_FILL)["PD decode"] == (
+        "refused: sglang 0.5.17 builds no prefill->decode draft state for DFLASH"
+    )
+    assert outcomes(new, layout.MASK_FILL)["PD decode"] == SERVED
+    assert outcomes(new, layout.MASK_FILL_DSPARK) == outcomes(new, layout.SHIFTED)  # DSPARK's refusals
 
 
 def test_the_docs_hold_the_generated_table() -> None:

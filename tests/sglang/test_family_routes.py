@@ -12,7 +12,7 @@ from sglang_dspark_plugin.census import census
 from sglang_dspark_plugin.errors import UnsupportedCheckpointError
 from sglang_dspark_plugin.harvest import DsparkHarvest
 from sglang_dspark_plugin.serving import layout_for
-from sglang_dspark_plugin.serving.refusals import check_servable
+from sglang_dspark_plugin.serving.servability import check_servable
 from sglang_dspark_plugin.sglang_plugin import resolution
 
 

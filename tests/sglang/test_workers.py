@@ -56,11 +56,12 @@ from sglang_dspark_plugin.serving import (
     ServePlan,
     make_plan,
 )
+from sglang_dspark_plugin.serving.layout import ARMS
 from sglang_dspark_plugin.serving.rank_agreement import plan_agreement_values
-from sglang_dspark_plugin.serving.refusals import check_servable
 from sglang_dspark_plugin.serving.releases import BY_VERSION
 from sglang_dspark_plugin.serving.rounds import NO_WORK
 from sglang_dspark_plugin.serving.route import DFLASH_MODEL, DSPARK_MODEL, ZERO_HEAD, DraftRoute, ServedHead
+from sglang_dspark_plugin.serving.servability import check_servable
 from sglang_dspark_plugin.sglang_plugin import hooks, resolution, workers
 from sglang_dspark_plugin.sglang_plugin.draft_model import (
     HarvestDSparkDraftModel,
@@ -155,6 +156,20 @@ def test_worker_class_for_each_layout_is_a_subclass_of_sglangs_worker_for_that_b
     assert {cls.dspark_layout for cls in workers.WORKERS.values()} == {MASK_FILL, SHIFTED, MASK_FILL_DSPARK}
     with pytest.raises(GeometryError, match="no DSPARK_HARVEST worker"):
         worker_class_for("dspark")  # type: ignore[arg-type]
+
+
+def test_each_arm_names_the_sglang_worker_its_worker_subclasses_and_the_docs_say_so():
+    """The Arm record is the one place: its parent worker is the class its worker subclasses (and the
+    factory compares sglang's choice with), its builtin the algorithm sglang creates it for, and
+    docs/workers.md's table names the arm, the class and the parent alike."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "workers.md").read_text(encoding="utf-8")
+    for arm in ARMS:
+        cls = worker_class_for(arm)
+        parent = workers.parent_worker_of(cls)
+        assert issubclass(cls, parent) and parent.__name__ == arm.parent_worker
+        assert parent is {"DFLASH": DFlashWorkerV2, "DSPARK": DSparkWorkerV2}[arm.builtin]
+        row = next(line for line in docs.splitlines() if line.startswith(f"| `{arm.name}` "))
+        assert f"| `{cls.__name__}` | `{arm.parent_worker}`" in row, row
 
 
 def test_the_mask_fill_layout_is_set_at_the_top_level_where_sglang_reads_it(tmp_path):
