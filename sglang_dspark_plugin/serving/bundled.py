@@ -15,7 +15,7 @@ places, in this order:
 The plan censuses the folder sglang will load and leaves the path to sglang's handler: a draft path
 declared at the start of resolution would change what sglang resolves (its speculative step gives a
 draft path without a revision the revision ``main``). The worker checks that sglang resolved the
-folder the plan censused (``ServePlan.check_served_draft``).
+folder the plan censused (``stages.check_served_draft``).
 """
 
 from __future__ import annotations

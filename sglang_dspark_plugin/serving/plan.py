@@ -7,18 +7,18 @@ typed refusal. The plan holds everything the sglang adapters need: the harvest w
 evidence, the round geometry, the builtin and its query layout, the gamma flag, the Markov head, the
 server arguments to declare and the manifest. It pickles and deep-copies as it is, so it travels to
 sglang's scheduler processes on the server args sglang already hands them; nothing is re-derived there.
+The plan only decides: ``stages`` refuses where sglang later does otherwise, ``announce`` logs it and
+writes its manifest.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from ..census.draft_config import DflashCfg
 from ..checkpoint.headers import content_fingerprint, tensor_headers
-from ..errors import DsparkHarvestError, GeometryError
+from ..errors import DsparkHarvestError
 from ..geometry import BLOCK_SIZE_FLAGS, RoundGeometry, build_manifest
 from ..harvest import ENV_VAR, DsparkHarvest, Resolution
 from .bundled import (
@@ -31,9 +31,8 @@ from .bundled import (
     same_path,
 )
 from .capture import refuse_uncapturable
-from .context_edge import reserve_headroom, row_refusal, row_statement
+from .context_edge import reserve_headroom, row_statement
 from .layout import DSPARK, Arm, architectures_of, layout_for
-from .manifest import write_manifest
 from .peer import check_peer
 from .refusal import ALGORITHM, as_serve_refusal
 from .request import (
@@ -46,7 +45,7 @@ from .request import (
 from .route import DraftRoute, route_for
 from .servability import check_servable
 from .target_checkpoint import TargetCheckpoint, load_target
-from .topology import refuse_disaggregation, topology_line
+from .topology import refuse_disaggregation
 from .width import flag_int, served_block_size
 
 
@@ -86,19 +85,6 @@ class ServePlan:
         """The draft classes sglang loads: the config's, or the class of a head bundled by dspark_* keys."""
         return (self.bundled.architectures if self.bundled is not None else ()) or architectures_of(self.cfg)
 
-    def check_served_draft(self, served: Any) -> None:
-        """Refuse when sglang's DSPARK handler resolved a bundled draft other than the one the plan
-        censused (the plan leaves that path to it); a draft the launch named is sglang's as given."""
-        bundled = self.bundled
-        if bundled is None or same_path(served, bundled.draft) or same_path(served, self.cfg.path):
-            return
-        raise GeometryError(
-            f"{ALGORITHM}: sglang resolved the draft of this launch to {served!r}, but the plan censused "
-            f"the {bundled.describe()} at {self.cfg.path}; refusing rather than serving a draft whose "
-            "training convention was not read. Pass --speculative-draft-model-path explicitly.",
-            where="--speculative-draft-model-path",
-        )
-
     @property
     def route(self) -> DraftRoute:
         """What the worker builds its draft as: the class the draft's names load as, and for DSPARK the
@@ -126,12 +112,6 @@ class ServePlan:
         statement = row_statement(window, page_size, sglang_extra)
         return max(sglang_extra, reserve_headroom(window, page_size)), statement
 
-    def require_row_headroom(self, headroom: int, page_size: int) -> None:
-        """Refuse a launch whose ``req_to_token`` rows hold less than every decode round's reserve."""
-        needed = reserve_headroom(self.geometry.verify_window, page_size)
-        if headroom < needed:
-            raise row_refusal(self.geometry.verify_window, page_size, headroom, needed)
-
     @property
     def narrowed(self) -> bool:
         """Whether the launch serves a narrower block than the checkpoint was trained on."""
@@ -153,68 +133,6 @@ class ServePlan:
             "speculative_num_draft_tokens": self.geometry.verify_window,
             **self.gamma_flag,
         }
-
-    def check_kept(self, resolved: dict[str, Any]) -> None:
-        """After sglang's own speculative handling: refuse where the builtin changed what the plan
-        declared (``resolved``: the server arguments as sglang resolved them)."""
-        changed = {
-            k: (resolved[k], v) for k, v in self.declared_args.items() if k in resolved and resolved[k] != v
-        }
-        if changed:
-            raise GeometryError(
-                f"{ALGORITHM}: sglang's {self.builtin} handling changed what the {self.harvest.name()} "
-                f"harvest of {self.cfg.path} needs: "
-                + ", ".join(f"{k} = {a!r}, needs {b!r}" for k, (a, b) in changed.items())
-                + "; this sglang version is not supported (run `dspark-harvest doctor`).",
-                where=", ".join(changed),
-            )
-
-    def check_builtin(self, building: str) -> None:
-        """Refuse when sglang builds a ``building`` worker for a launch this plan serves as another."""
-        if building != self.builtin:
-            raise GeometryError(
-                f"{ALGORITHM}: sglang is building a {building} worker but the plan of this launch serves "
-                f"{self.cfg.path} as {self.builtin} (the {self.harvest.name()} harvest); refusing rather "
-                "than serving the wrong convention. Pass sglang's resolved server args on unchanged.",
-                where="speculative_algorithm",
-            )
-
-    def announce(self, logger: logging.Logger, *, write: bool = True) -> None:
-        """Log the plan, its topology line, its warnings and advice, and its manifest; with ``write``,
-        write the manifest where the launch asked for one (the launcher does; its scheduler processes
-        only log)."""
-        logger.info("%s", self.describe())
-        logger.info("%s %s", ALGORITHM, topology_line(self.support.version, self.layout.name))
-        for warning in (*self.resolution.warnings, *self.advice):
-            logger.warning("%s: %s", ALGORITHM, warning)
-        logger.info(
-            "%s geometry manifest: %s", ALGORITHM, json.dumps(self.manifest, sort_keys=True, default=str)
-        )
-        path = self.request.manifest_path
-        if write and path:
-            written = write_manifest(path, self.manifest, protected=(self.cfg.path, self.request.target))
-            logger.info("%s geometry manifest written to %s", ALGORITHM, written)
-
-    def describe(self) -> str:
-        """One line: the harvest, where it came from, the builtin and the round geometry."""
-        g, r = self.geometry, self.resolution
-        if r.source == "env":
-            src = f"env {ENV_VAR}={r.env_value!r}"
-        elif r.source == "census":
-            cast_votes = [f"{e.signal}={e.value!r}" for e in r.evidence if e.vote is not None]
-            src = "census: " + ", ".join(cast_votes) if cast_votes else "census"
-        else:
-            src = "default (no training-strategy signal in the checkpoint; the historical mask-fill arm)"
-        note = "" if self.block_size_source == "config.json" else f" (from {self.block_size_source})"
-        if self.narrowed:
-            note += f", narrowed from the trained {self.trained_block_size}"
-        bundled = "" if self.bundled is None else f" ({self.bundled.describe()})"
-        return (
-            f"{ALGORITHM}: harvest={g.harvest.name()} ({self.layout.describe()} semantics) from {src}; "
-            f"block_size={g.block_size}{note}, drafts per round={g.gamma} "
-            f"(rows {g.harvested_rows[0]}..{g.harvested_rows[-1]}), verify window={g.verify_window}; "
-            f"checkpoint {self.cfg.path}{bundled}"
-        )
 
 
 def _block_size(cfg: DflashCfg, harvest: DsparkHarvest, request: LaunchRequest) -> tuple[int | None, str]:

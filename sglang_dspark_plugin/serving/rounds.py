@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..probe.live import LiveProbe, request_anchor
 from ..telemetry import AcceptTelemetry, DeferredRounds, PrometheusMetrics, plugin_work
+from .announce import announce
 from .placement import AttentionRanks, telemetry_placement
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ class WorkerRounds:
             return None
         # The startup line and manifest in the scheduler too: sglang 0.5.17 resolves its arguments
         # before the launcher configures logging, so the launcher's INFO lines can be lost.
-        plan.announce(logger, write=False)
+        announce(plan, logger, write=False)
         settings, geometry = plan.request.telemetry, plan.geometry
         dp_tag = "" if dp_rank is None else f" dp={dp_rank}"
         probe = LiveProbe(plan.harvest, plan.request.probe, dp_tag=dp_tag)

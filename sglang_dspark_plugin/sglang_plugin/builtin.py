@@ -13,7 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..serving import ALGORITHM, make_plan
+from ..serving.announce import announce
 from ..serving.layout import BUILTINS
+from ..serving.stages import check_builtin, check_kept
 from ..util.logsafe import safe_logger
 from .contract import require_worker_contract
 from .hooks import register_once
@@ -52,7 +54,7 @@ def rewrite_to_builtin(server_args: Any) -> Any:
     # names the builtin, the verify window its harvest needs and (mask-fill DSpark) DSPARK's gamma.
     adapter().declare_args(record, SOURCE, **plan.declared_args)
     setattr(record, PLAN_ATTR, plan)  # 0.5.23 seals fields but allows private names
-    plan.announce(logger)
+    announce(plan, logger)
     served = "%s: served as sglang's builtin %s (sglang reports the algorithm as %s from here on)"
     logger.info(served, ALGORITHM, plan.layout.describe(), plan.builtin)
     return plan
@@ -65,7 +67,7 @@ def check_rewritten(server_args: Any) -> None:
         record = unwrap_record(server_args)
         algorithm = str(read_arg(record, "speculative_algorithm") or "").upper()
         tokens = read_arg(record, "speculative_num_draft_tokens")
-        plan.check_kept({"speculative_algorithm": algorithm, "speculative_num_draft_tokens": tokens})
+        check_kept(plan, {"speculative_algorithm": algorithm, "speculative_num_draft_tokens": tokens})
 
 
 def worker_after_create(result: Any, algorithm: Any, server_args: Any, *args: Any, **kwargs: Any) -> Any:
@@ -79,7 +81,7 @@ def worker_after_create(result: Any, algorithm: Any, server_args: Any, *args: An
         if asked_for_plugin(server_args):
             require_plan(server_args, f"sglang's {name} worker factory")
         return None  # a plain DFLASH/DSPARK launch: sglang's own worker
-    plan.check_builtin(name)
+    check_builtin(plan, name)
     from .workers import parent_worker_of, worker_class_for
 
     cls = worker_class_for(plan.layout)

@@ -18,6 +18,7 @@ from ..serving.layout import MASK_FILL, MASK_FILL_DSPARK, SHIFTED, Arm
 from ..serving.placement import AttentionRanks
 from ..serving.rank_agreement import check_rank_agreement, plan_agreement_values
 from ..serving.rounds import WorkerRounds
+from ..serving.stages import check_served_draft, require_row_headroom
 from ..util.contract_check import Entry, parse_entries
 from ..util.logsafe import safe_logger
 from ..util.signatures import bound_argument, signature_of
@@ -100,7 +101,7 @@ class _HarvestWorkerMixin:
         """The plan sglang handed this scheduler (the factory chose this class by its layout), the rank
         agreement, and the round work."""
         plan = require_plan(server_args, type(self).__name__)
-        plan.check_served_draft(optional_arg(server_args, "speculative_draft_model_path"))
+        check_served_draft(plan, optional_arg(server_args, "speculative_draft_model_path"))
         group, tp_rank = _tp_cpu_group()
         check_rank_agreement(plan_agreement_values(plan), group)
         self._dspark_attach(
@@ -116,7 +117,7 @@ class _HarvestWorkerMixin:
         rows = getattr(getattr(runner, "req_to_token_pool", None), "req_to_token", None)
         context = getattr(getattr(runner, "model_config", None), "context_len", None)
         if rows is not None and isinstance(context, int):
-            plan.require_row_headroom(int(rows.shape[1]) - context, int(mine.get("page_size") or 1))
+            require_row_headroom(plan, int(rows.shape[1]) - context, int(mine.get("page_size") or 1))
 
     def _dspark_attach(self, plan: ServePlan, *, tp_rank: int = 0, enable_metrics: bool = False) -> None:
         """Keep ``plan`` and its round work on this rank (``WorkerRounds.attach``)."""

@@ -16,8 +16,10 @@ from bundled_checkpoints import RANK, hub_cache, keys_target, subfolder_target, 
 from sglang_dspark_plugin.errors import DsparkHarvestError, GeometryError, InvalidCheckpointError
 from sglang_dspark_plugin.harvest import ENV_VAR
 from sglang_dspark_plugin.serving import LaunchRequest, ServePlan, SglangSupport, make_plan
+from sglang_dspark_plugin.serving.announce import describe
 from sglang_dspark_plugin.serving.bundled import KEYS, SUBFOLDER
 from sglang_dspark_plugin.serving.route import ServedHead
+from sglang_dspark_plugin.serving.stages import check_served_draft
 
 NEW, OLD = SglangSupport.for_version("0.5.23"), SglangSupport.for_version("0.5.17")
 FLAG = "--speculative-draft-model-path"
@@ -57,17 +59,17 @@ def test_a_dspark_subfolder_is_the_draft(tmp_path: Path, drafter, harvest, ancho
     assert plan.declared_args["speculative_num_draft_tokens"] == window
     assert plan.manifest["bundled"] == {"form": SUBFOLDER, "draft": plan.draft, "revision": None}
     assert plan.manifest["draft"] == plan.draft
-    assert "dspark/ subfolder" in plan.describe()
+    assert "dspark/ subfolder" in describe(plan)
     _carried(plan)
 
 
 def test_the_worker_refuses_a_draft_sglang_resolved_elsewhere(tmp_path: Path) -> None:
     target = subfolder_target(tmp_path / "target", "drafter-dspark-markov")
     plan = _plan(target)
-    plan.check_served_draft(os.path.join(str(target), "dspark"))  # what sglang's handler declares
-    plan.check_served_draft(str(target / "." / "dspark"))
+    check_served_draft(plan, os.path.join(str(target), "dspark"))  # what sglang's handler declares
+    check_served_draft(plan, str(target / "." / "dspark"))
     with pytest.raises(GeometryError) as info:
-        plan.check_served_draft(str(target))
+        check_served_draft(plan, str(target))
     assert info.value.where == FLAG and str(target / "dspark") in info.value.message
 
 
@@ -181,7 +183,7 @@ def test_a_target_config_with_dspark_keys_is_its_own_draft(tmp_path: Path, suppo
     assert plan.route.head == ServedHead(RANK, "vanilla") and plan.route.loads_as is None  # sglang's class
     assert plan.manifest["bundled"] == {"form": KEYS, "draft": str(target), "revision": "v1"}
     assert plan.manifest["draft_revision"] == "v1"  # sglang gives the draft the target's --revision
-    assert "dspark_* keys" in plan.describe()
+    assert "dspark_* keys" in describe(plan)
     _carried(plan)
 
 

@@ -245,6 +245,7 @@ from sglang_dspark_plugin.census import census
 from sglang_dspark_plugin.embedded import EMBEDDED
 from sglang_dspark_plugin.harvest import DsparkHarvest
 from sglang_dspark_plugin.serving import LaunchRequest, SglangSupport, make_plan
+from sglang_dspark_plugin.serving.announce import describe
 from sglang_dspark_plugin.serving.manifest import write_manifest
 from sglang_dspark_plugin.telemetry import AcceptTelemetry, TelemetrySettings
 
@@ -270,7 +271,7 @@ if algo is not None:
         except Exception as err:
             print(f"DSPARK_HARVEST refused: {err}", flush=True)
             sys.exit(1)
-        print(s.describe(), flush=True)
+        print(describe(s), flush=True)
         if request.manifest_path:
             write_manifest(request.manifest_path, s.manifest)
         arm = s.resolution.harvest

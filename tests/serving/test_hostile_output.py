@@ -14,6 +14,7 @@ from checkpoints import FIXTURES, write_checkpoint
 
 from sglang_dspark_plugin.errors import DsparkHarvestError, InvalidCheckpointError
 from sglang_dspark_plugin.serving import LaunchRequest, SglangSupport, make_plan
+from sglang_dspark_plugin.serving.announce import describe
 from sglang_dspark_plugin.serving.manifest import write_manifest
 from sglang_dspark_plugin.util.logsafe import RECORD_LIMIT, safe_logger
 
@@ -34,7 +35,7 @@ def test_a_hostile_tensor_name_reaches_no_log_line_raw(hostile: str, tmp_path: P
         plan = make_plan(
             LaunchRequest(draft=str(draft), harvest_env="dflash"), SglangSupport.for_version("0.5.23")
         )
-        texts = [plan.describe(), *plan.resolution.warnings]
+        texts = [describe(plan), *plan.resolution.warnings]
     except DsparkHarvestError as err:  # a conflict listing the evidence is a text that reaches the log too
         texts = [err.message]
     assert any("dspark" in t and "markov_head" in t for t in texts)  # the name is listed, escaped

@@ -34,6 +34,7 @@ from sglang_dspark_plugin.serving import (
     make_plan,
 )
 from sglang_dspark_plugin.serving.route import DFLASH_MODEL, DSPARK_MODEL, ZERO_HEAD, ServedHead
+from sglang_dspark_plugin.serving.stages import require_row_headroom
 
 ALL_FIXTURES = {**FIXTURES, **RELEASED}  # the census fixtures and the released formats
 SUPPORTS = {v: SglangSupport.for_version(v) for v in ("0.5.17", "0.5.23")}
@@ -340,7 +341,7 @@ def test_the_plan_widens_the_row_and_steps_aside_where_sglang_sizes_it(
     assert plan.row_headroom(2, 2 * w + 1)[0] == 2 * w + 1
     assert not any("req_to_token" in a for a in plan.advice)  # prevented, so no WARNING is left
     # rows narrower than the reserve (the hook did not take effect): the worker's check refuses
-    plan.require_row_headroom(2 * w, 1)
+    require_row_headroom(plan, 2 * w, 1)
     with pytest.raises(ServeRefusal, match="--page-size 2") as refused:
-        plan.require_row_headroom(4 + w, 1)
+        require_row_headroom(plan, 4 + w, 1)
     assert refused.value.kind == "unsupported" and "another request's row" in refused.value.message

@@ -20,6 +20,7 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 from sglang_dspark_plugin.serving import ServeRefusal
 from sglang_dspark_plugin.serving.bundled import KEYS, SUBFOLDER
+from sglang_dspark_plugin.serving.stages import check_served_draft
 from sglang_dspark_plugin.sglang_plugin import register
 from sglang_dspark_plugin.sglang_plugin.resolution import plan_of
 from sglang_dspark_plugin.sglang_plugin.workers import HarvestDSparkWorker
@@ -73,7 +74,7 @@ def served_plan(target: str | Path, *extra: str):
     record, view = resolve(target, "DSPARK_HARVEST", *extra)
     plan = plan_of(record)
     assert plan is not None and plan.bundled is not None
-    plan.check_served_draft(view.speculative_draft_model_path)  # what the worker checks
+    check_served_draft(plan, view.speculative_draft_model_path)  # what the worker checks
     assert SpeculativeAlgorithm[str(view.speculative_algorithm)].create_worker(record) is HarvestDSparkWorker
     return plan, view
 
