@@ -2,10 +2,12 @@
 
 ``DSPARK_HARVEST`` is resolved as its builtin before sglang's own speculative handling, so a topology
 is served exactly where that builtin serves it; the plugin adds refusals only where the builtin would
-serve the wrong convention or fail later (0.5.17's DFLASH under PD: no prefill->decode draft state;
-0.5.17's DSPARK has no mask-fill layout). The table is measured, not read: ``tests/sglang`` resolves
-every row through the real argument pipeline of each CI release, for the builtin and for the plugin,
-and fails when an outcome differs from it. ``doctor``, the startup lines and docs/sglang.md print it.
+serve the wrong convention or fail later (a builtin under PD where the release builds no
+prefill->decode draft state for it, ``refuse_disaggregation``; the mask-fill DSpark arm where its DSPARK
+has no mask-fill layout). Each outcome derives from the release's row (``outcomes``): its features and
+the builtins' own refusals it records. The rows are measured, not read: ``tests/sglang`` resolves every
+cell through the real argument pipeline of each CI release, for the builtin and for the plugin, and
+fails when an outcome differs. ``doctor``, the startup lines and docs/sglang.md print it.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,6 +55,41 @@ def target_dir(plan_target: Path) -> Path:
 @pytest.fixture(scope="session")
 def checkpoint_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("fixtures")
+
+
+@pytest.fixture(scope="module")
+def prompts() -> list[list[int]]:
+    """The embedded prompts, tokenized by the embedded target's tokenizer."""
+    from transformers import AutoTokenizer
+
+    from sglang_dspark_plugin.embedded import EMBEDDED
+
+    tok = AutoTokenizer.from_pretrained(str(EMBEDDED.target), local_files_only=True)
+    return [tok(p, add_special_tokens=False)["input_ids"] for p in EMBEDDED.prompts]
+
+
+@pytest.fixture(scope="module")
+def target() -> Any:
+    """The embedded target (float32, one thread), as the reference engine runs it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from sglang_dspark_plugin.embedded import EMBEDDED
+
+    torch.set_num_threads(1)
+    return AutoModelForCausalLM.from_pretrained(
+        str(EMBEDDED.target), local_files_only=True, dtype=torch.float32
+    ).eval()
+
+
+@pytest.fixture(scope="module")
+def greedy(target: Any, prompts: list[list[int]]) -> list[list[int]]:
+    """The target's own greedy tokens: what every lossless run must produce."""
+    import served_cases as sc
+
+    from sglang_dspark_plugin.engine import autoregressive_generate
+
+    return [autoregressive_generate(target, p, sc.MAX_NEW_TOKENS).tokens for p in prompts]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 import served_cases as sc
 import sglang
-import torch
 from checkpoints import FIXTURES
 from released_checkpoints import RELEASED
 from served import run_engine
@@ -27,7 +26,7 @@ from served import run_engine
 from sglang_dspark_plugin.census import census
 from sglang_dspark_plugin.census.declaration import declare
 from sglang_dspark_plugin.embedded import EMBEDDED
-from sglang_dspark_plugin.engine import autoregressive_generate, load_drafter, speculative_generate
+from sglang_dspark_plugin.engine import load_drafter, speculative_generate
 from sglang_dspark_plugin.harvest import DsparkHarvest
 from sglang_dspark_plugin.serving.plain import (
     DEFAULT_DFLASH_BLOCK,
@@ -122,29 +121,6 @@ def test_the_plain_reading_is_sglangs_own_parse(builtin):
 
 
 # ---------------------------------------------------------------- the rows, served
-
-
-@pytest.fixture(scope="module")
-def prompts() -> list[list[int]]:
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(EMBEDDED.target), local_files_only=True)
-    return [tok(p, add_special_tokens=False)["input_ids"] for p in EMBEDDED.prompts]
-
-
-@pytest.fixture(scope="module")
-def target() -> torch.nn.Module:
-    from transformers import AutoModelForCausalLM
-
-    torch.set_num_threads(1)
-    return AutoModelForCausalLM.from_pretrained(
-        str(EMBEDDED.target), local_files_only=True, dtype=torch.float32
-    ).eval()
-
-
-@pytest.fixture(scope="module")
-def greedy(target, prompts) -> list[list[int]]:
-    return [autoregressive_generate(target, p, sc.MAX_NEW_TOKENS).tokens for p in prompts]
 
 
 def _row(folder: Path, trained: Trained, builtin: str) -> PlainRow:

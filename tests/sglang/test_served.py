@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import sglang
-import torch
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -23,7 +22,7 @@ import served_cases as sc  # noqa: E402
 from served import run_engine  # noqa: E402
 
 from sglang_dspark_plugin.embedded import EMBEDDED  # noqa: E402
-from sglang_dspark_plugin.engine import autoregressive_generate, load_drafter, speculative_generate  # noqa: E402
+from sglang_dspark_plugin.engine import load_drafter, speculative_generate  # noqa: E402
 from sglang_dspark_plugin.harvest import DsparkHarvest  # noqa: E402
 
 CASES = sc.cases_for(
@@ -36,30 +35,6 @@ REFERENCE_RUNS = [name for c in CASES if c.kind == "reference" for name in c.run
 @pytest.fixture(scope="module")
 def drafters(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return sc.drafter_folders(EMBEDDED.root, tmp_path_factory.mktemp("drafters"))
-
-
-@pytest.fixture(scope="module")
-def prompts() -> list[list[int]]:
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(EMBEDDED.target), local_files_only=True)
-    return [tok(p, add_special_tokens=False)["input_ids"] for p in EMBEDDED.prompts]
-
-
-@pytest.fixture(scope="module")
-def target() -> torch.nn.Module:
-    from transformers import AutoModelForCausalLM
-
-    torch.set_num_threads(1)
-    return AutoModelForCausalLM.from_pretrained(
-        str(EMBEDDED.target), local_files_only=True, dtype=torch.float32
-    ).eval()
-
-
-@pytest.fixture(scope="module")
-def greedy(target, prompts) -> list[list[int]]:
-    """The target's own greedy tokens: what every lossless run must produce."""
-    return [autoregressive_generate(target, p, sc.MAX_NEW_TOKENS).tokens for p in prompts]
 
 
 class Reference:

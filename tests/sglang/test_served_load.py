@@ -39,14 +39,6 @@ LOAD_ENV = {**ENV, "MEMRA_DSPARK_HOST_TIMING": "1"}  # the host-cost gauge the d
 READY = "The server is fired up and ready to roll!"
 
 
-@pytest.fixture(scope="module")
-def prompts() -> list[list[int]]:
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(EMBEDDED.target), local_files_only=True)
-    return [tok(p, add_special_tokens=False)["input_ids"] for p in EMBEDDED.prompts]
-
-
 def _args(algorithm: str, overrides: dict[str, Any] | None = None) -> list[str]:
     return [
         "--model-path",
