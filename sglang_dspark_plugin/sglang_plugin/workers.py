@@ -143,51 +143,43 @@ class _HarvestWorkerMixin:
 # ------------------------------------------------------------------ the arms
 
 
-class HarvestDFlashWorker(_HarvestWorkerMixin, DFlashWorkerV2):
-    """The dflash arm: sglang's DFLASH worker unchanged (rows 1..b-1, b-1 drafts, verify window b)."""
+def _parent(arm: Arm) -> Any:
+    """The sglang worker class ``arm`` names (``Arm.parent_worker``)."""
+    return next(base for base in (DFlashWorkerV2, DSparkWorkerV2) if base.__name__ == arm.parent_worker)
 
-    dspark_layout = MASK_FILL
 
-    @signature_of(DFlashWorkerV2.__init__)
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+def _worker_class(arm: Arm, name: str) -> Any:
+    """The worker of ``arm``: its sglang parent with the mixin; the one routed ``__init__`` (the parent's
+    signature) takes the plan, builds the parent inside the plan's draft route and checks the rows."""
+    parent = _parent(arm)
+
+    @signature_of(parent.__init__)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         plan = self._dspark_harvest_init(bound_argument(self, "server_args", args, kwargs))
         with draft_route(plan.route):
-            super().__init__(*args, **kwargs)
+            parent.__init__(self, *args, **kwargs)
         self._dspark_check_rows(plan)
 
-
-class HarvestDSparkWorker(_HarvestWorkerMixin, DSparkWorkerV2):
-    """The dspark arm: sglang's DSPARK worker, anchor-first, gamma = b drafts, verify window b+1."""
-
-    dspark_layout = SHIFTED
-
-    @signature_of(DSparkWorkerV2.__init__)
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        plan = self._dspark_harvest_init(bound_argument(self, "server_args", args, kwargs))
-        with draft_route(plan.route):
-            super().__init__(*args, **kwargs)
-        self._dspark_check_rows(plan)
+    __init__.__qualname__ = f"{name}.__init__"
+    doc = f"The {arm.name} arm ({arm.describe()}): {arm.description}."
+    body = {"__init__": __init__, "__doc__": doc, "__module__": __name__, "dspark_layout": arm}
+    return type(name, (_HarvestWorkerMixin, parent), body)
 
 
-class HarvestMaskFillDSparkWorker(HarvestDSparkWorker):
-    """A mask-fill drafter with a DSpark architecture and a Markov head (``layout.MASK_FILL_DSPARK``):
-    sglang's DSPARK worker (0.5.19 on) with ``sample_from_anchor`` false. The query is
-    ``[anchor, MASK x (b-1)]``, the anchor row's output is dropped, rows 1..b-1 are the b-1 drafts (the
-    Markov chain starts at the anchor), verify window b: the dflash harvest, with the Markov head."""
-
-    dspark_layout = MASK_FILL_DSPARK
-
+HarvestDFlashWorker = _worker_class(MASK_FILL, "HarvestDFlashWorker")
+HarvestDSparkWorker = _worker_class(SHIFTED, "HarvestDSparkWorker")
+HarvestMaskFillDSparkWorker = _worker_class(MASK_FILL_DSPARK, "HarvestMaskFillDSparkWorker")
 
 WORKERS: dict[Arm, type] = {
     cls.dspark_layout: cls for cls in (HarvestDFlashWorker, HarvestDSparkWorker, HarvestMaskFillDSparkWorker)
 }
-"""The worker of each plan layout: the one table the factory reads (``worker_class_for``)."""
+"""The worker of each arm: the one table the factory reads (``worker_class_for``)."""
 
 
 def parent_worker_of(cls: type) -> type:
-    """The sglang worker class a plugin worker subclasses: the one its arm names (``Arm.parent_worker``)."""
-    name = cls.dspark_layout.parent_worker  # type: ignore[attr-defined]
-    return next(base for base in (DFlashWorkerV2, DSparkWorkerV2) if base.__name__ == name)
+    """The sglang worker class a plugin worker subclasses: the one its arm names."""
+    parent: type = _parent(cls.dspark_layout)  # type: ignore[attr-defined]
+    return parent
 
 
 def worker_class_for(layout: Arm) -> type:
