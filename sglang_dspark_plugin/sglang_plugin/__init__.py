@@ -54,12 +54,8 @@ def _factory(server_args: Any) -> type:
 
 
 def register() -> bool:
-    """Register ``DSPARK_HARVEST`` with sglang; idempotent; never raises; returns whether it is registered.
-
-    Checks the registration's contract and imports none of sglang's worker or model modules, so every
-    sglang process starts as fast as without the plugin. On a mismatch it registers nothing and logs ONE
-    error line, so sglang keeps serving every other algorithm.
-    """
+    """Register ``DSPARK_HARVEST`` (idempotent, never raises; returns whether it is registered). Imports no
+    sglang worker or model module; on a contract mismatch registers nothing and logs ONE error line."""
     try:
         version = contract.sglang_version()
         if is_registered():

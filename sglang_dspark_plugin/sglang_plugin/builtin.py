@@ -1,11 +1,8 @@
-"""Serve ``DSPARK_HARVEST`` AS the builtin it resolves to: DFLASH (mask-fill) or DSPARK (shifted).
-
-sglang keys many checks and features on the algorithm's name. So at the START of argument resolution
-the plugin makes the serving plan (``serving.make_plan``) and declares the builtin and the geometry it
-names; sglang's own handler, checks and features then run as for the builtin. The plan rides on the
-server args (``resolution.PLAN_ATTR``) into every scheduler process, where ``create_worker`` returns the
-plugin's worker subclass in place of the builtin's. A plain DFLASH/DSPARK launch keeps sglang's worker.
-Where the early hook runs is the version adapter's business (``resolution.adapter``).
+"""Serve ``DSPARK_HARVEST`` AS the builtin it resolves to. sglang keys many checks and features on the
+algorithm's name, so at the START of argument resolution the plugin makes the plan and declares the
+builtin and the geometry it names (where: the version adapter's business, ``resolution.adapter``);
+sglang's own handler, checks and features then run as for the builtin. In every scheduler process
+``create_worker`` returns the plugin's worker in place of the builtin's; a plain launch keeps sglang's.
 """
 
 from __future__ import annotations

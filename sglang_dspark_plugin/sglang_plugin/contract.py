@@ -1,13 +1,8 @@
-"""The contract: every sglang class, method and signature the plugin relies on, and its check
-(``util.contract_check``), so that a sglang that moved or renamed something is reported by name
-instead of failing inside a scheduler process. Two parts, each checked when it is needed:
-
-* the registration's (``registration_contract``), in modules sglang has imported before
-  ``load_plugins()``: ``register()`` checks them in every process and registers nothing on a mismatch;
-* the workers' (``workers.WORKER_CONTRACT``), in modules that take seconds to import:
-  ``require_worker_contract()`` checks them once per process when the workers are first needed.
-
-``dspark-harvest doctor`` checks both (``check_contract()``).
+"""The contract: every sglang class, method and signature the plugin relies on, checked
+(``util.contract_check``) so that a sglang that moved or renamed something is reported by name: the
+registration's (``registration_contract``, checked by ``register()`` in every process), the workers'
+(``workers.WORKER_CONTRACT``, slow to import: ``require_worker_contract()``, once per process when the
+workers are first needed); ``dspark-harvest doctor`` checks both (``check_contract()``).
 """
 
 from __future__ import annotations

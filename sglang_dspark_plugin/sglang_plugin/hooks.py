@@ -1,10 +1,6 @@
-"""The plugin's hooks on sglang functions, registered by ``register()`` without importing the heavy
-modules they sit in (through sglang's ``HookRegistry`` when the module is loaded, else when it is first
-imported): the round, AFTER ``SchedulerBatchResultProcessor._resolve_spec_v2_tokens``, the dspark
-arm's Markov answer, AFTER ``parse_dspark_draft_config``, and the ``req_to_token`` row headroom, AFTER
-``get_req_to_token_extra_context_len`` (the KV-cache configurator calls it) (``serving.context_edge``).
-A target that moved is not hooked; the workers' contract (``TARGET_CONTRACT``) names it when a
-``DSPARK_HARVEST`` server starts.
+"""The plugin's AFTER hooks on sglang functions (``HOOKS``: the round, the dspark arm's Markov answer,
+the ``req_to_token`` row headroom), registered by ``register()`` without importing the heavy modules
+they sit in. A target that moved is not hooked; the workers' contract (``TARGET_CONTRACT``) names it.
 """
 
 from __future__ import annotations
@@ -22,13 +18,6 @@ from .resolution import optional_arg, plan_of, published_server_args
 
 logger = safe_logger(__name__)
 
-_PARSE_MODULE = "sglang.srt.speculative.dspark_components.dspark_config"
-PARSE_HOOK_TARGET = f"{_PARSE_MODULE}.parse_dspark_draft_config"  # every Markov-rank refusal reads it
-
-_RESULT_MODULE = "sglang.srt.managers.scheduler_components.batch_result_processor"
-_RESULT_QUALNAME = "SchedulerBatchResultProcessor._resolve_spec_v2_tokens"
-RESULT_HOOK_TARGET = f"{_RESULT_MODULE}.{_RESULT_QUALNAME}"  # one round; calls on_verify_complete_cpu
-
 HOOK_CONTRACT: list[Entry] = parse_entries(
     """
     sglang.srt.plugins.hook_registry:
@@ -43,26 +32,12 @@ HOOK_CONTRACT: list[Entry] = parse_entries(
 """What registering the hooks relies on (``sglang.srt.plugins`` has imported it): checked by
 ``register()``."""
 
-_ROW_MODULE = "sglang.srt.mem_cache.allocation_sizing"  # where it is defined: sglang propagates the patch
-ROW_HOOK_TARGET = f"{_ROW_MODULE}.get_req_to_token_extra_context_len"  # the req_to_token pool's row width
-
-TARGET_CONTRACT: list[Entry] = [
-    (_RESULT_MODULE, _RESULT_QUALNAME, ("result", "batch")),
-    (_PARSE_MODULE, "parse_dspark_draft_config", ("draft_hf_config",)),
-    (_ROW_MODULE, "get_req_to_token_extra_context_len", ()),
-]
-"""The hooks' targets, in heavy modules: part of the workers' contract (``workers.WORKER_CONTRACT``)."""
-
 
 def register_hooks() -> None:
     """Register the plugin's hooks (idempotent); imports no sglang worker or model module. The parse
     hook must be in place before the draft worker exists: the target's model runner already parses
     the draft config (and refuses one without a Markov head when the algorithm is DSpark)."""
-    for module_name, qualname, hook in (
-        (_RESULT_MODULE, _RESULT_QUALNAME, round_after_result),
-        (_PARSE_MODULE, "parse_dspark_draft_config", served_markov_after_parse),
-        (_ROW_MODULE, "get_req_to_token_extra_context_len", row_headroom_after),
-    ):
+    for module_name, qualname, _params, hook in HOOKS:
         if module_name in sys.modules:
             _register_loaded(module_name, qualname, hook)  # load_plugins() applies it
         else:
@@ -148,3 +123,22 @@ def row_headroom_after(extra: Any, *args: Any, **kwargs: Any) -> Any:
     headroom, statement = plan.row_headroom(page_size, extra)
     logger.info("DSPARK_HARVEST: %s", statement)
     return headroom
+
+
+_RESULT = "sglang.srt.managers.scheduler_components.batch_result_processor"  # one round
+_PARSE = "sglang.srt.speculative.dspark_components.dspark_config"  # every Markov-rank refusal reads it
+_ROW = "sglang.srt.mem_cache.allocation_sizing"  # the row width, where defined: sglang propagates it
+HOOKS: tuple[tuple[str, str, tuple[str, ...], Callable[..., Any]], ...] = (
+    (
+        _RESULT,
+        "SchedulerBatchResultProcessor._resolve_spec_v2_tokens",
+        ("result", "batch"),
+        round_after_result,
+    ),
+    (_PARSE, "parse_dspark_draft_config", ("draft_hf_config",), served_markov_after_parse),
+    (_ROW, "get_req_to_token_extra_context_len", (), row_headroom_after),
+)
+"""Each AFTER hook: its module, target, the parameters the target must take, the hook."""
+RESULT_HOOK_TARGET, PARSE_HOOK_TARGET, ROW_HOOK_TARGET = (f"{m}.{q}" for m, q, _, _ in HOOKS)
+TARGET_CONTRACT: list[Entry] = [(m, q, params) for m, q, params, _ in HOOKS]
+"""The hooks' targets, in heavy modules: part of the workers' contract (``workers.WORKER_CONTRACT``)."""

@@ -1,11 +1,7 @@
 """Between sglang's server arguments and the serving plan (``..serving``): the arguments to the plan's
 request (``launch_request``), what this sglang offers (``sglang_support``), the plan back (``plan_of``,
-``require_plan``). The argument pipeline's version-specific part is one adapter module, chosen by
-feature (``adapter``): ``adapter_0523`` (declarations through a resolving view) or ``adapter_0517``.
-
-The plan rides on the record as a private attribute (``PLAN_ATTR``): 0.5.23's write seal allows
-private names and its ``__reduce__`` keeps ``__dict__``; 0.5.17 is a plain dataclass; both pickle and
-deep-copy it into every scheduler process. Nothing goes through the process environment.
+``require_plan``; it rides on the record as ``PLAN_ATTR``). The argument pipeline's version-specific
+part is one adapter module, chosen by feature (``adapter``).
 """
 
 from __future__ import annotations
@@ -129,8 +125,7 @@ def asked_for_plugin(server_args: Any) -> bool:
 
 
 def require_plan(server_args: Any, where: str) -> ServePlan:
-    """The plan, or a refusal (``refusal.no_plan``): a process of a ``DSPARK_HARVEST`` server never
-    re-derives one."""
+    """The plan, or a refusal (``refusal.no_plan``): a ``DSPARK_HARVEST`` process never re-derives one."""
     plan = plan_of(server_args)
     if plan is None:
         raise no_plan(where)

@@ -1,8 +1,5 @@
-"""The ``spec_class`` of ``DSPARK_HARVEST``: registered so sglang accepts the flag, never a serving route.
-
-A launch is served as the builtin its plan names (``builtin.rewrite_to_builtin``); sglang reaches this
-class's ``handle_server_args`` only where that early hook could not fire (a script that builds
-``ServerArgs`` before ``load_plugins()``), and it refuses there with the way to launch.
+"""The ``spec_class`` of ``DSPARK_HARVEST``: registered so sglang accepts the flag, never a serving
+route; reached only where the early rewrite could not fire, and it refuses there with the way to launch.
 """
 
 from __future__ import annotations

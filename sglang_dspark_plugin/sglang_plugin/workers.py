@@ -1,12 +1,11 @@
-"""The DSPARK_HARVEST workers: sglang's own DFlash-family workers, one per plan layout (``WORKERS``).
-
-Each takes the plan sglang handed its scheduler, checks that every TP rank agrees, builds its sglang
-parent inside the plan's draft route (``draft_model.draft_route``) and hands sglang's rounds to the
-plan's round work (``serving.rounds.WorkerRounds``). docs/workers.md describes them against sglang's code.
+"""The DSPARK_HARVEST workers, one per arm (``WORKERS``): each takes the plan, checks that every TP rank
+agrees, builds its sglang parent inside the plan's draft route and hands sglang's rounds to the plan's
+round work (``serving.rounds.WorkerRounds``). docs/workers.md describes them against sglang's code.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, ClassVar
 
 from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
@@ -48,10 +47,9 @@ WORKER_CONTRACT: list[Entry] = [
             DFlashDraftModel
         sglang.srt.models.registry:
             ModelRegistry.models
+            ModelRegistry.get_supported_archs()
         sglang.srt.model_loader.utils:
             get_model_architecture(model_config)
-        sglang.srt.models.registry:
-            ModelRegistry.get_supported_archs()
         sglang.srt.speculative.dspark_components.dspark_config:
             resolve_runtime_config(draft_hf_config, speculative_num_draft_tokens, target_vocab_size)
         sglang.srt.speculative.dflash_utils:  # resolution.dflash_reads_layout probes it
@@ -82,9 +80,7 @@ def attention_ranks(tp_rank: int) -> AttentionRanks:
         from sglang.srt.runtime_context import get_parallel
 
         p = get_parallel()
-        ranks = AttentionRanks(
-            int(p.tp_rank), int(p.attn_tp_rank), int(p.attn_cp_rank), int(p.attn_dp_rank), int(p.attn_dp_size)
-        )
+        ranks = AttentionRanks(*(int(getattr(p, f.name)) for f in dataclasses.fields(AttentionRanks)))
     except Exception:  # noqa: BLE001 - not initialised (or another layout): the TP rank alone
         return AttentionRanks(tp_rank, tp_rank, 0, 0, 1)
     return ranks if ranks.tp_rank == tp_rank else AttentionRanks(tp_rank, tp_rank, 0, 0, 1)
@@ -121,8 +117,7 @@ class _HarvestWorkerMixin:
 
     def _dspark_attach(self, plan: ServePlan, *, tp_rank: int = 0, enable_metrics: bool = False) -> None:
         """Keep ``plan`` and its round work on this rank (``WorkerRounds.attach``)."""
-        self.dspark_plan = plan
-        ranks = attention_ranks(tp_rank)
+        self.dspark_plan, ranks = plan, attention_ranks(tp_rank)
         self.dspark_rounds = WorkerRounds.attach(
             plan, ranks, type(self).__name__, logger, metrics=enable_metrics
         )
