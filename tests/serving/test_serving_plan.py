@@ -191,6 +191,8 @@ def test_refusals_name_the_flag(folders) -> None:
     with pytest.raises(ServeRefusal, match="build_disagg_draft_input") as pd:
         _plan(draft, "0.5.17", disaggregation_mode="decode")  # 0.5.17 builds it for DSPARK only
     assert pd.value.kind == "unsupported"
+    # the releases it names come from the release table's pd_builtins, not from the message's text
+    assert "0.5.17 to 0.5.19 DSPARK; 0.5.20 on DFLASH and DSPARK" in pd.value.message
 
 
 @pytest.mark.parametrize("mode", ("prefill", "decode"))
