@@ -11,14 +11,9 @@ last layer too (``DIRECT_CAPTURE``). docs/sglang.md lists the families, checked 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..util.validation import is_int
-from .refusal import ALGORITHM, ServeRefusal
-
-if TYPE_CHECKING:
-    from ..census.draft_config import DflashCfg
-    from .target_checkpoint import TargetCheckpoint
 
 DIRECT_CAPTURE: frozenset[str] = frozenset(
     {
@@ -99,32 +94,9 @@ def target_vocab_size(config: Mapping[str, Any]) -> int | None:
     return _text_int(config, "vocab_size")
 
 
-def refuse_uncapturable(target: TargetCheckpoint | None, cfg: DflashCfg) -> None:
-    """Refuse a drafter whose target layers sglang cannot capture from this target (before any load);
-    ``target`` is the launch's, at its ``--revision`` (``load_target``).
-
-    sglang would fail at the first decode round ("DFLASH target_hidden feature dim mismatch").
-    """
-
-    if not cfg.target_layer_ids or target is None or target.num_layers is None:
-        return
-    architecture, layers = target.architecture, target.num_layers
-    why = uncapturable_message(
-        cfg.target_layer_ids, layers, where=f"{cfg.path}/config.json", target_architecture=architecture
-    )
-    if why:
-        raise ServeRefusal(
-            f"{ALGORITHM}: sglang cannot serve this drafter with target {target.describe()} "
-            f"({architecture}, {layers} layers in {target.folder / 'config.json'}): {why}",
-            kind="unsupported",
-            where="target_layer_ids",
-        )
-
-
 __all__ = [
     "DIRECT_CAPTURE",
     "last_capturable_layer",
-    "refuse_uncapturable",
     "target_layer_count",
     "target_vocab_size",
     "uncapturable_layers",

@@ -30,7 +30,6 @@ from .bundled import (
     require_finding_builtin,
     same_path,
 )
-from .capture import refuse_uncapturable
 from .context_edge import reserve_headroom, row_statement
 from .layout import DSPARK, Arm, architectures_of, layout_for
 from .peer import check_peer
@@ -44,7 +43,7 @@ from .request import (
 )
 from .route import DraftRoute, route_for
 from .servability import check_servable
-from .target_checkpoint import TargetCheckpoint, load_target
+from .target_checkpoint import TargetCheckpoint, load_target, refuse_uncapturable
 from .topology import refuse_disaggregation
 from .width import flag_int, served_block_size
 

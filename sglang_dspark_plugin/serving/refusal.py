@@ -2,9 +2,9 @@
 sglang shows as an argument error (``ServeRefusal``), the workers' contract refusal, and the glue's own
 refusals (a process without a plan, a contract mismatch). Each check that raises one lives with what
 it checks: the draft against a release (``servability.check_servable``), the width (``width``), the
-target's layers (``capture``), disaggregation (``topology``), a bundled draft (``bundled``), the peer's
-manifest (``peer``), the context edge (``context_edge``); ``plan.make_plan`` calls them in one place,
-before any model loads.
+target's layers (``target_checkpoint``), disaggregation (``topology``), a bundled draft (``bundled``),
+the peer's manifest (``peer``), the context edge (``context_edge``); ``plan.make_plan`` calls them in
+one place, before any model loads.
 """
 
 from __future__ import annotations

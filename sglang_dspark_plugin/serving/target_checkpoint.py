@@ -18,9 +18,11 @@ from ..census.locate import CONFIG, is_hub_id, resolve_checkpoint
 from ..checkpoint.bounds import MAX_CONFIG_MEMBERS
 from ..checkpoint.files import MAX_CONFIG_BYTES, is_dir, read_json
 from ..errors import HubDownloadError
-from .capture import target_layer_count, target_vocab_size
+from .capture import target_layer_count, target_vocab_size, uncapturable_message
+from .refusal import ALGORITHM, ServeRefusal
 
 if TYPE_CHECKING:
+    from ..census.draft_config import DflashCfg
     from .request import LaunchRequest
 
 CONFIG_PATTERNS = ["*.json"]
@@ -102,4 +104,26 @@ def load_target(
     )
 
 
-__all__ = ["CONFIG_PATTERNS", "REVISION_FLAG", "TargetCheckpoint", "load_target"]
+def refuse_uncapturable(target: TargetCheckpoint | None, cfg: DflashCfg) -> None:
+    """Refuse a drafter whose target layers sglang cannot capture from this target (before any load);
+    ``target`` is the launch's, at its ``--revision`` (``load_target``).
+
+    sglang would fail at the first decode round ("DFLASH target_hidden feature dim mismatch").
+    """
+
+    if not cfg.target_layer_ids or target is None or target.num_layers is None:
+        return
+    architecture, layers = target.architecture, target.num_layers
+    why = uncapturable_message(
+        cfg.target_layer_ids, layers, where=f"{cfg.path}/config.json", target_architecture=architecture
+    )
+    if why:
+        raise ServeRefusal(
+            f"{ALGORITHM}: sglang cannot serve this drafter with target {target.describe()} "
+            f"({architecture}, {layers} layers in {target.folder / 'config.json'}): {why}",
+            kind="unsupported",
+            where="target_layer_ids",
+        )
+
+
+__all__ = ["CONFIG_PATTERNS", "REVISION_FLAG", "TargetCheckpoint", "load_target", "refuse_uncapturable"]
