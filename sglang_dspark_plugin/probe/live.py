@@ -334,10 +334,10 @@ def observe_round(
 ) -> None:
     """One verify round into ``probe`` (after its ``begin_round``), as sglang's host copies hold it:
     ``requests[i]`` is (rid, anchor position, anchor, whether sglang counts request i this round), the
-    anchor being the request's last output token before this round (``request_anchor``), ``committed[i]``
-    the tokens it commits; on a sampled round ``rows`` is the flat output rows (one row of equal width
-    per request), ``accept`` the accept lengths and ``block`` DSPARK's block accept lengths (``None``
-    where the builtin caps nothing)."""
+    anchor being the request's last output token before this round, read when the round resolves
+    (``telemetry.deferred.Fact``), ``committed[i]`` the tokens it commits; on a sampled round ``rows``
+    is the flat output rows (one row of equal width per request), ``accept`` the accept lengths and
+    ``block`` DSPARK's block accept lengths (``None`` where the builtin caps nothing)."""
     stride = len(rows) // len(requests) if rows and requests else 0
     for i, (rid, anchor_pos, anchor, live) in enumerate(requests):
         if not live or anchor is None or not probe.wants(rid):
@@ -350,15 +350,8 @@ def observe_round(
         probe.observe(rid, anchor_pos, anchor, row)
 
 
-def request_anchor(output_ids: Sequence[int]) -> tuple[int, int | None]:
-    """A request's anchor before a round: the position and value of its last output token (``None``:
-    no output yet), read when the round resolves, so the round can be scored later."""
-    return len(output_ids) - 1, (output_ids[-1] if output_ids else None)
-
-
 __all__ = [
     "observe_round",
-    "request_anchor",
     "MAX_REQUESTS",
     "MAX_PENDING",
     "STALE_ROUNDS",

@@ -14,13 +14,14 @@ import logging
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
-from ..probe.live import LiveProbe, request_anchor
+from ..probe.live import LiveProbe
 from ..telemetry import AcceptTelemetry, DeferredRounds, PrometheusMetrics, plugin_work
 from .announce import announce
 from .placement import AttentionRanks, telemetry_placement
 
 if TYPE_CHECKING:
     from ..telemetry import PluginWork
+    from ..telemetry.deferred import Fact, RoundRows
     from .plan import ServePlan
 
 NO_WORK = None
@@ -30,15 +31,13 @@ NO_WORK = None
 class WorkerRounds:
     """The per-round work of the telemetry rank of one attention group."""
 
-    __slots__ = ("telemetry", "probe", "queue", "work", "by_context", "per_request")
+    __slots__ = ("telemetry", "probe", "queue", "work")
 
     def __init__(
         self, telemetry: AcceptTelemetry, probe: LiveProbe, queue: DeferredRounds, work: Any
     ) -> None:
         self.telemetry, self.probe, self.queue = telemetry, probe, queue
         self.work: PluginWork | None = work  # entered around the round's work where timed or checked
-        self.by_context = telemetry.by_context is not None  # context lengths are read each round
-        self.per_request = telemetry.requests is not None  # request ids too (the per-request lines)
 
     @classmethod
     def attach(
@@ -96,53 +95,50 @@ class WorkerRounds:
     def round(self, committed: Any, result: Any, batch: Any) -> None:
         """sglang resolved a round: queue it in one step (``DeferredRounds.round``, no sync). Its counts
         are the host list sglang set on the result (0.5.17 ``batch_result_processor.py:636``, 0.5.23
-        ``:785-787``) and handed ``on_verify_complete_cpu``; a result without them is no verify round."""
+        ``:785-787``) and handed ``on_verify_complete_cpu``; a result without them is no verify round.
+
+        Each request's facts are read now, in one pass (``_facts``): resolving the round changes
+        neither whether it finished nor whether it was retracted (``_resolve_spec_v2_tokens``: 0.5.23
+        ``batch_result_processor.py:770-850``, 0.5.17 ``:624-700``), and the requests that had (still
+        in an overlapped batch) are left out when the queue runs, as sglang leaves them out of their
+        ``spec_verify_ct``. Counts of another length than the batch are counted whole, no buckets
+        rather than wrong ones."""
         counts = getattr(result, "num_correct_drafts_per_req_cpu", None)
         if counts is None:
             return
+        reqs = batch.reqs
         work = self.work
         if work is NO_WORK:  # a normal server: no timer, no sync check on the round's path
-            self._round(counts, committed, result, batch)
+            facts = _facts(reqs) if len(counts) == len(reqs) else None
+            self.queue.round(counts, facts, committed, _rows, result)
             return
         with work:
-            self._round(counts, committed, result, batch)
+            facts = _facts(reqs) if len(counts) == len(reqs) else None
+            self.queue.round(counts, facts, committed, _rows, result)
         work.end_round()
 
-    def _round(self, counts: list[int], committed: Any, result: Any, batch: Any) -> None:
-        """Requests that had already finished (still in an overlapped batch) or were retracted are left
-        out, as sglang leaves them out of their ``spec_verify_ct``; resolving the round changes neither
-        state (``_resolve_spec_v2_tokens``: 0.5.23 ``batch_result_processor.py:770-850``, 0.5.17
-        ``:624-700``), so it is read after it."""
-        reqs = batch.reqs
-        live = [not (r.is_retracted or r.finished()) for r in reqs]
-        contexts = [len(r.origin_input_ids) + len(r.output_ids) for r in reqs] if self.by_context else None
-        if len(counts) != len(reqs):  # not this batch's: counted whole, no buckets rather than wrong ones
-            self.queue.round(counts, None, None)
-            return
-        rids = [r.rid for r in reqs] if self.per_request else None
-        if not all(live):
-            counts = [n for n, keep in zip(counts, live, strict=True) if keep]
-            if contexts is not None:
-                contexts = [c for c, keep in zip(contexts, live, strict=True) if keep]
-            if rids is not None:
-                rids = [rid for rid, keep in zip(rids, live, strict=True) if keep]
-        # a round of requests that had all finished: the probe skips it as the telemetry does
-        self.queue.round(
-            counts, contexts, _snapshot if counts else None, batch, live, committed, result, rids=rids
+
+def _facts(reqs: Any) -> list[Fact]:
+    """Each request's ``Fact``: id, prompt and output tokens, last output token (the probe's anchor),
+    counted (neither retracted nor finished)."""
+    return [
+        (
+            r.rid,
+            len(r.origin_input_ids),
+            len(out := r.output_ids),
+            out[-1] if out else None,
+            not (r.is_retracted or r.finished()),
         )
-
-
-def _snapshot(sampled: bool, batch: Any, live: list[bool], committed: Any, result: Any) -> Any:
-    """One round as the probe takes it (``DeferredRounds.probe_round``): each request's id, anchor and
-    liveness, the committed tokens, and on a sampled round the output rows and accept counts."""
-    requests = [
-        (r.rid, *request_anchor(r.output_ids), keep) for r, keep in zip(batch.reqs, live, strict=True)
+        for r in reqs
     ]
-    if not sampled:
-        return requests, committed, None, None, None
+
+
+def _rows(result: Any) -> RoundRows:
+    """A sampled round's output rows and accept counts (DSPARK's block-capped ones where it has them),
+    as host lists, read when the round is queued."""
     capped = getattr(result, "block_accept_lens", None)
     block = None if capped is None else capped.tolist()
-    return requests, committed, result.next_token_ids.tolist(), result.accept_lens.tolist(), block
+    return result.next_token_ids.tolist(), result.accept_lens.tolist(), block
 
 
 __all__ = ["NO_WORK", "WorkerRounds"]

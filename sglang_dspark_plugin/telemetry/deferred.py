@@ -3,8 +3,10 @@
 Measured in sglang's served engine on CPU (``scripts/bench_served.py``, docs/telemetry.md): the
 plugin's round work costs 4 to 8 times its warm cost when it runs once per round, because the round's
 forward pass evicts the caches its code and data need. Queuing what each round hands over (the
-accept counts, the probe's snapshot of the round, a finished request) and running the queue every
-``MEMRA_DSPARK_DEFER_ROUNDS`` rounds (default 64), or when the batch drains, runs that code warm.
+accept counts, each request's facts read in one pass, a sampled round's rows, a finished request) and
+running the queue every ``MEMRA_DSPARK_DEFER_ROUNDS`` rounds (default 64), or when the batch drains,
+runs that code warm: which requests a round counts, their context lengths and the probe's anchors are
+worked out there, not on the round's path.
 What each step does, and in which order, is unchanged: the telemetry and the live probe see exactly
 the calls they saw round by round, later. Three things are deferred by up to that many rounds:
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable, Sequence
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from ..probe.live import observe_round
@@ -33,16 +36,21 @@ if TYPE_CHECKING:
     from ..probe.live import LiveProbe
     from .accept import AcceptTelemetry
 
-RoundSnapshot = tuple[
-    Sequence[tuple[Hashable, int, int | None, bool]],  # requests: rid, anchor position, anchor, live
-    Sequence[Sequence[int]],  # committed tokens per request
-    Sequence[int] | None,  # rows (a sampled round)
-    Sequence[int] | None,  # accept counts (a sampled round)
-    Sequence[int] | None,  # block-capped accept counts, where sglang has them
-]
-"""One round as ``live_probe.observe_round`` takes it, after the probe."""
+Fact = tuple[Hashable, int, int, int | None, bool]
+"""One request of a round, read when the round resolves: its id, prompt tokens, output tokens, last
+output token (the probe's anchor before this round; ``None``: no output yet) and whether sglang counts
+it this round (not finished, not retracted). A round's facts are read on the round's path in one pass;
+what they mean is worked out when the queue runs."""
 
-_VERIFY, _PROBE, _FINISH = 0, 1, 2
+RoundRows = tuple[Sequence[int], Sequence[int], Sequence[int] | None]
+"""A sampled round's flat output rows, accept counts and block-capped accept counts (``None`` where
+sglang caps nothing), as ``live_probe.observe_round`` takes them."""
+
+
+_COUNTED = itemgetter(4)
+"""A fact's "counted": read in C (``map``), no Python frame on the round's path."""
+
+_ROUND, _FINISH = 0, 1
 
 
 class DeferredRounds:
@@ -57,7 +65,7 @@ class DeferredRounds:
         "_rounds",
         "_probe_index",
         "_alarm_low",
-        "_sampled_queued",
+        "_last",
         "_live",
         "_finished",
     )
@@ -74,39 +82,44 @@ class DeferredRounds:
         self._rounds = 0  # verify rounds queued
         self._probe_index = 0 if probe is None else probe.rounds  # the index the next probe round has
         self._alarm_low = False  # the alarm's state when the queue last ran
-        self._sampled_queued = False  # a sampled probe round is queued
-        self._live = 0  # requests the last round counted
+        self._last: tuple[Sequence[int], Sequence[Fact] | None] = ((), None)  # the last round's
+        self._live = 0  # requests the last round counted (-1: not worked out yet)
         self._finished = 0  # requests that ended since the last round
 
     def round(
         self,
         values: Sequence[int],
-        contexts: Sequence[int] | None,
-        read: Callable[..., RoundSnapshot] | None,
+        facts: Sequence[Fact] | None = None,
+        committed: Sequence[Sequence[int]] | None = None,
+        read: Callable[..., RoundRows] | None = None,
         *args: Any,
-        rids: Sequence[Hashable] | None = None,
     ) -> bool:
-        """One round, queued: the accepted-draft counts of the requests sglang counts (what
-        ``on_verify_complete`` takes), stamped with the time now, with their context lengths at the
-        anchor; then the probe's part of the round, where ``read`` is given (``None``: every request had
-        finished, the probe skips the round as the telemetry does). ``read(sampled, *args)`` gives the
-        round's snapshot as ``observe_round`` takes it (``requests, committed, rows, accept, block``;
-        rows, accept and block counts only where ``sampled``), called only where the probe needs the
-        requests (a function and its arguments, not a closure: nothing is built for a round the probe
-        skips). ``rids``: the counted requests' ids (the per-request lines). The queue runs once
-        ``every`` rounds are queued. Returns whether the round is sampled."""
-        ops = self._ops
-        self._live, self._finished = len(values), 0
-        if values:
-            ops.append((_VERIFY, (values, self.clock(), contexts, rids)))
-            self._rounds += 1
-        probe, sampled = self.probe, False
-        if probe is not None and read is not None:
-            sampled = probe.samples(self._probe_index, alarm_low=self._alarm_low)
-            self._probe_index += 1
-            self._sampled_queued |= sampled
-            needed = sampled or self._sampled_queued or probe.tracking
-            ops.append((_PROBE, (self._alarm_low, read(sampled, *args) if needed else None)))
+        """One round, queued as handed over: the accepted-draft counts of the batch's requests (what
+        ``on_verify_complete`` takes, the requests sglang does not count included), stamped with the
+        time now; each request's ``facts`` (``None``: the counts are not this batch's, counted whole,
+        no probe step); the tokens each request commits. On a round the probe samples, ``read(*args)``
+        gives the output rows and accept counts (``RoundRows``), read now: nothing else is worked out
+        on the round's path. A round in which every request had finished is skipped, by the telemetry
+        and the probe alike. The queue runs once ``every`` rounds are queued. Returns whether the round
+        is sampled."""
+        self._last, self._live, self._finished = (values, facts), -1, 0
+        sampled = False
+        step: tuple[Any, ...]
+        if facts is None:
+            if not values:
+                return False
+            step = (values, self.clock(), None, None, None, False)
+        else:
+            if True not in map(_COUNTED, facts):
+                return False
+            probe, alarm_low = self.probe, self._alarm_low
+            if probe is not None:
+                sampled = probe.samples(self._probe_index, alarm_low=alarm_low)
+                self._probe_index += 1
+            rows = read(*args) if sampled and read is not None else None
+            step = (values, self.clock(), facts, committed, rows, alarm_low)
+        self._ops.append((_ROUND, step))
+        self._rounds += 1
         if self._rounds >= self.every:
             self.run()
         return sampled
@@ -117,13 +130,17 @@ class DeferredRounds:
         if self.probe is not None or self.telemetry.requests is not None:
             self._ops.append((_FINISH, rid))
         self._finished += 1
-        if self._finished >= self._live:
+        live = self._live
+        if live < 0:  # worked out once a round, at its first end
+            values, facts = self._last
+            live = self._live = len(values) if facts is None else sum(map(_COUNTED, facts))
+        if self._finished >= live:
             self.run()
             self.telemetry.flush_metrics()  # an idle server's counters catch up, its gauges reach 0
 
     @property
     def queued(self) -> int:
-        """Steps waiting in the queue."""
+        """Steps waiting in the queue: rounds and request ends."""
         return len(self._ops)
 
     def run(self) -> None:
@@ -133,21 +150,46 @@ class DeferredRounds:
         telemetry.queued_steps = len(ops)  # the live state the summary and the metrics report
         try:
             for kind, arg in ops:
-                if kind == _VERIFY:
-                    telemetry.on_verify_complete(arg[0], at=arg[1], contexts=arg[2], rids=arg[3])
-                elif kind == _PROBE:
-                    alarm_low, snapshot = arg
-                    probe.begin_round(alarm_low=alarm_low)  # type: ignore[union-attr]
-                    if snapshot is not None:
-                        observe_round(probe, *snapshot)  # type: ignore[arg-type]
-                    probe.poll()  # type: ignore[union-attr]
+                if kind == _ROUND:
+                    _run_round(telemetry, probe, *arg)
                 else:
                     if probe is not None:
                         probe.finish(arg)
                     telemetry.finish_request(arg)
         finally:
             self._alarm_low = telemetry.alarm.low()
-            self._sampled_queued = False
 
 
-__all__ = ["DeferredRounds", "RoundSnapshot"]
+def _run_round(
+    telemetry: AcceptTelemetry,
+    probe: LiveProbe | None,
+    values: Sequence[int],
+    at: float,
+    facts: Sequence[Fact] | None,
+    committed: Sequence[Sequence[int]] | None,
+    rows: RoundRows | None,
+    alarm_low: bool,
+) -> None:
+    """A queued round, worked out: the counted requests' counts, context lengths at the anchor and ids
+    into the telemetry, then the probe's part of the round (its anchors, the committed tokens, the rows
+    of a sampled round)."""
+    if facts is None:
+        telemetry.on_verify_complete(values, at=at)
+        return
+    counted = facts
+    if False in map(_COUNTED, facts):  # requests that had already finished or were retracted
+        kept = [(n, f) for n, f in zip(values, facts, strict=True) if f[4]]
+        values, counted = [n for n, _ in kept], [f for _, f in kept]
+    contexts = None if telemetry.by_context is None else [f[1] + f[2] for f in counted]
+    rids = None if telemetry.requests is None else [f[0] for f in counted]
+    telemetry.on_verify_complete(values, at=at, contexts=contexts, rids=rids)
+    if probe is None:
+        return
+    probe.begin_round(alarm_low=alarm_low)
+    if probe.busy:  # sampled, or some request has rounds to score
+        requests = [(f[0], f[2] - 1, f[3], f[4]) for f in facts]
+        observe_round(probe, requests, committed or (), *(rows or (None, None, None)))
+    probe.poll()
+
+
+__all__ = ["DeferredRounds", "Fact", "RoundRows"]

@@ -12,7 +12,7 @@ import pytest
 from probe_streams import sequence
 
 from sglang_dspark_plugin.harvest import DsparkHarvest
-from sglang_dspark_plugin.probe.live import LiveProbe, ProbeSettings, request_anchor, row_of_round
+from sglang_dspark_plugin.probe.live import LiveProbe, ProbeSettings, row_of_round
 from sglang_dspark_plugin.telemetry import ACCEPT_LOGGER, AcceptTelemetry, DeferredRounds, TelemetrySettings
 
 GAMMA = 4
@@ -59,12 +59,9 @@ def serve(
                 committed.append(done)
                 rows += row_of_round(drafts, done)
 
-            def read(sampled: bool, committed=committed, rows=rows):
-                requests = [(rid, *request_anchor(outs[rid]), True) for rid in running]
-                accept = [len(c) for c in committed]
-                return requests, committed, rows if sampled else None, accept if sampled else None, None
-
-            rounds.round(values, None, read)
+            facts = [(rid, 0, len(outs[rid]), outs[rid][-1], True) for rid in running]
+            accept = [len(c) for c in committed]
+            rounds.round(values, facts, committed, lambda rows=rows, accept=accept: (rows, accept, None))
             for rid, done in zip(list(running), committed, strict=True):
                 outs[rid] += done
                 if len(outs[rid]) >= 90:
@@ -122,28 +119,39 @@ def test_each_round_line_keeps_its_rounds_time(caplog) -> None:
     assert times == sorted(times) and len(set(times)) == len(times)
 
 
+ROWS = ([0] * 10, [2, 3], None)
+
+
+def _facts(*counted: bool) -> list:
+    """Requests r0, r1, ... each with 9 prompt and 2 output tokens, counted or not."""
+    return [(f"r{i}", 9, 2, 7, keep) for i, keep in enumerate(counted)]
+
+
 def test_rounds_wait_for_the_burst_and_a_finished_request_runs_it(caplog) -> None:
-    telemetry = AcceptTelemetry(GAMMA, DsparkHarvest.DFLASH, "census", (), settings=SETTINGS)
-    rounds = DeferredRounds(telemetry, LiveProbe(DsparkHarvest.DFLASH), every=4)
-    for _ in range(3):
-        read: list[bool] = []
-        assert rounds.round(
-            [1, 2], None, lambda sampled, read=read: read.append(sampled) or ([], [], None, None, None)
-        )
-        assert read == [True]  # the first rounds are sampled, and read
-    assert telemetry.counts.rounds == 0 and rounds.queued == 6
-    rounds.round([1], None, None)  # the 4th round (every request had finished: no probe step): it runs
-    assert telemetry.counts.rounds == 4 and rounds.queued == 0
-    assert telemetry.queued_steps == 7  # what the run held: 4 rounds, 3 probe steps
-    rounds.round([3], None, None)
-    rounds.finish("r0")
+    probe = LiveProbe(DsparkHarvest.DFLASH)
+    telemetry = AcceptTelemetry(GAMMA, DsparkHarvest.DFLASH, "census", (), settings=SETTINGS, probe=probe)
+    rounds = DeferredRounds(telemetry, probe, every=4)
+    read: list[int] = []
+    for n in range(3):
+        assert rounds.round([1, 2], _facts(True, True), [[5], [5]], lambda: read.append(1) or ROWS)
+        assert read == [1] * (n + 1)  # the first rounds are sampled, and their rows read when queued
+    assert telemetry.counts.rounds == 0 and rounds.queued == 3 and probe.rounds == 0
+    # every request had finished: neither the telemetry nor the probe takes the round
+    assert not rounds.round([1], _facts(False), [[5]], lambda: pytest.fail("not sampled"))
+    assert rounds.queued == 3
+    rounds.round([1], None)  # counts not this batch's: counted whole, no probe step; the 4th round runs
+    assert telemetry.counts.rounds == 4 and rounds.queued == 0 and probe.rounds == 3
+    assert telemetry.queued_steps == 4  # what the run held: 4 rounds
+    assert rounds.round([3, 0], _facts(True, False), [[5], [5]], lambda: ([0] * 10, [4, 1], None))
+    rounds.finish("r0")  # the one request the round counted: the batch drained
     assert telemetry.counts.rounds == 5 and rounds.queued == 0 and telemetry.queued_steps == 2
+    assert telemetry.counts.request_rounds == 2 + 2 + 2 + 1 + 1  # r1, not counted, left out
 
 
 def test_without_a_probe_only_the_telemetry_is_queued() -> None:
     telemetry = AcceptTelemetry(GAMMA, DsparkHarvest.DFLASH, "census", (), settings=SETTINGS)
     rounds = DeferredRounds(telemetry, None, every=2)
-    assert not rounds.round([1], None, lambda sampled: pytest.fail("no probe: nothing to read"))
+    assert not rounds.round([1], _facts(True), [[5]], lambda: pytest.fail("no probe: nothing to read"))
     rounds.finish("r0")
     assert telemetry.counts.rounds == 1 and rounds.queued == 0
 
@@ -154,11 +162,11 @@ def test_only_the_end_of_the_last_running_request_runs_the_queue() -> None:
     probe = LiveProbe(DsparkHarvest.DFLASH)
     telemetry = AcceptTelemetry(GAMMA, DsparkHarvest.DFLASH, "census", (), settings=SETTINGS, probe=probe)
     rounds = DeferredRounds(telemetry, probe, every=64)
-    rounds.round([1, 2, 0], None, None)
+    rounds.round([1, 2, 0], None)
     rounds.finish("r0")
     rounds.finish("r1")
     assert telemetry.counts.rounds == 0 and rounds.queued == 3  # a round and two ends, still queued
-    rounds.round([3], None, None)  # the one request left
+    rounds.round([3], None)  # the one request left
     assert rounds.queued == 4
     rounds.finish("r2")
     assert telemetry.counts.rounds == 2 and rounds.queued == 0
@@ -181,7 +189,7 @@ def test_an_idle_servers_counters_equal_its_lines(with_probe: bool) -> None:
     telemetry = AcceptTelemetry(GAMMA, DsparkHarvest.DFLASH, "census", (), settings=NO_ALARM, metrics=metrics)
     rounds = DeferredRounds(telemetry, probe, every=64, clock=Clock())
     for n in range(21):
-        rounds.round([n % 3, 1, 0], None, None)
+        rounds.round([n % 3, 1, 0], None)
     for rid in range(3):
         rounds.finish(rid)
 

@@ -104,10 +104,10 @@ def test_the_histogram_observes_each_finished_request():
 def test_the_queue_without_a_probe_still_ends_requests_in_order():
     t, lines = _telemetry()
     queue = DeferredRounds(t, None, every=64)
-    queue.round([2, 1], None, None, rids=["a", "b"])
+    queue.round([2, 1], [("a", 4, 1, 7, True), ("b", 4, 1, 7, True)])
     queue.finish("a")
     assert _requests(lines) == []  # "b" still runs: the queue waits
-    queue.round([3], None, None, rids=["b"])
+    queue.round([0, 3], [("a", 4, 3, 7, False), ("b", 4, 2, 7, True)])  # "a" had finished
     queue.finish("b")  # the batch drained: the queue ran, rounds before ends
     assert [line.split()[3] for line in _requests(lines)] == ["rid=a", "rid=b"]
     assert "rounds=2 accepted_drafts=4" in _requests(lines)[1]
