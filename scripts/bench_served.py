@@ -54,15 +54,26 @@ E2E_TARGET = 1.03
 """The plugin's CPU time per token over the builtin's (the interval's upper bound)."""
 HOST_LINE = re.compile(
     r"dspark host cost rounds=(\d+) plugin_us_per_round=([0-9.]+) round_us_median=([0-9.]+) "
-    r"plugin_fraction=([0-9.]+)"
+    r"plugin_fraction=([0-9.]+)(?: queue_thread_us_per_round=([0-9.]+))?"
 )
 PLUGIN_RUN, BUILTIN_RUN = "plugin/dflash", "builtin-DFLASH/dflash"
 
 
 def host_windows(log: str) -> list[dict[str, float]]:
-    """The ``dspark host cost`` lines of a server log, one dict per summary window."""
-    keys = ("rounds", "plugin_us_per_round", "round_us_median", "plugin_fraction")
-    return [dict(zip(keys, map(float, m.groups()), strict=True)) for m in HOST_LINE.finditer(log)]
+    """The ``dspark host cost`` lines of a server log, one dict per summary window.
+
+    The queue's thread's CPU time per round (``MEMRA_DSPARK_QUEUE_THREAD``) is ``queue_thread_us_per_round``,
+    0 where the line has none (the runs on the scheduler's thread, inside ``plugin_us_per_round``)."""
+    keys = (
+        "rounds",
+        "plugin_us_per_round",
+        "round_us_median",
+        "plugin_fraction",
+        "queue_thread_us_per_round",
+    )
+    return [
+        dict(zip(keys, (float(g or 0) for g in m.groups()), strict=True)) for m in HOST_LINE.finditer(log)
+    ]
 
 
 def bootstrap_mean(values: Sequence[float], n: int = 10_000, seed: int = 0) -> tuple[float, float, float]:

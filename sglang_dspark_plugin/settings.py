@@ -286,6 +286,15 @@ DEFER_ROUNDS = Setting(
     minimum=1,
     maximum=1024,
 )
+QUEUE_THREAD = Setting(
+    "MEMRA_DSPARK_QUEUE_THREAD",
+    "flag",
+    False,
+    "1, 0, on, off, true, false, yes, no (ASCII, case-insensitive)",
+    "run the queued rounds' telemetry and probe steps on a thread of their own, off the scheduler's "
+    "(their lines land after the round's answer; ignored under MEMRA_DSPARK_ON_MISMATCH=fail; "
+    "docs/telemetry.md)",
+)
 HOST_TIMING = Setting(
     "MEMRA_DSPARK_HOST_TIMING",
     "flag",
@@ -325,6 +334,7 @@ SETTINGS: tuple[Setting, ...] = (
     ON_MISMATCH,
     CONTEXT_BUCKETS,
     DEFER_ROUNDS,
+    QUEUE_THREAD,
     HOST_TIMING,
     REQUEST_LOG,
     SYNC_DEBUG,
@@ -378,6 +388,7 @@ __all__ = [
     "ON_MISMATCH",
     "CONTEXT_BUCKETS",
     "DEFER_ROUNDS",
+    "QUEUE_THREAD",
     "HOST_TIMING",
     "REQUEST_LOG",
     "SYNC_DEBUG",

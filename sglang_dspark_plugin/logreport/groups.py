@@ -148,6 +148,7 @@ class Group:
     last_confirmed: dict[str, Any] | None = None  # the last probe line its own numbers confirm
     summary: dict[str, Any] | None = None
     host_cost: float | None = None  # the largest plugin fraction logged
+    host_cost_thread: float | None = None  # the largest queue-thread time over the round time logged
     context_buckets: list[str] | None = None  # the server's buckets, from its startup line
     pending_lengths: int = 0
     geometry_errors: int = 0
@@ -273,6 +274,12 @@ class Group:
     def _host_cost(self, line: Line) -> None:
         fraction = float(line.fields["fraction"])
         self.host_cost = fraction if self.host_cost is None else max(self.host_cost, fraction)
+        thread_us, round_us = line.fields.get("thread_us"), float(line.fields["round_us"])
+        if thread_us is not None and round_us > 0:
+            thread = float(thread_us) / round_us
+            self.host_cost_thread = (
+                thread if self.host_cost_thread is None else max(self.host_cost_thread, thread)
+            )
 
     def _geometry(self, line: Line) -> None:
         self.geometry_errors += 1

@@ -128,6 +128,7 @@ def group_json(g: Group) -> dict[str, Any]:
         ],
         "probe": g.probes[-20:],
         "host_cost_fraction": g.host_cost,
+        "host_cost_thread_fraction": g.host_cost_thread,
         "per_request": g.requests.to_json(),
         "held_requests_last": (g.summary or {}).get("held_requests"),
         "swept_requests": (g.summary or {}).get("swept_requests"),

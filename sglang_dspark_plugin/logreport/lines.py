@@ -58,7 +58,8 @@ PROBE = re.compile(
 )
 HOST_COST = re.compile(
     _PREFIX + r"dspark host cost rounds=(?P<rounds>\d{1,15}) plugin_us_per_round=(?P<us>[\d.]{1,20}) "
-    r"round_us_median=(?P<round_us>[\d.]{1,20}) plugin_fraction=(?P<fraction>[\d.]{1,20})" + _DP
+    r"round_us_median=(?P<round_us>[\d.]{1,20}) plugin_fraction=(?P<fraction>[\d.]{1,20})"
+    r"(?: queue_thread_us_per_round=(?P<thread_us>[\d.]{1,20}))?" + _DP
 )
 REQUEST = re.compile(
     _PREFIX + r"dspark accept request rid=(?P<rid>[A-Za-z0-9._:%-]{1,300}) rounds=(?P<rounds>\d{1,12}) "

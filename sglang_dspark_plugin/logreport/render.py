@@ -89,7 +89,9 @@ def _group(g: dict[str, Any]) -> list[str]:
         if worst:
             out.append(f"  worst requests: {worst}")
     if g["host_cost_fraction"] is not None:
-        out.append(f"  host cost: at most {100 * g['host_cost_fraction']:.3f}% of a round")
+        thread = g["host_cost_thread_fraction"]
+        beside = "" if thread is None else f" (and its queue's thread: at most {100 * thread:.3f}%)"
+        out.append(f"  host cost: at most {100 * g['host_cost_fraction']:.3f}% of a round{beside}")
     out.append(f"  verdict: {g['verdict']}: {g['why']}")
     return out
 

@@ -65,12 +65,21 @@ class WorkerRounds:
             dp_rank=dp_rank,
             probe=probe,
         )
-        queue = DeferredRounds(telemetry, probe, settings.defer_rounds)
+        # A mismatch that stops the server (MEMRA_DSPARK_ON_MISMATCH=fail) stops it from the run that
+        # decides: those runs stay on the scheduler's thread.
+        thread = settings.queue_thread and plan.request.probe.on_mismatch != "fail"
+        queue = DeferredRounds(telemetry, probe, settings.defer_rounds, thread=thread)
         exported = telemetry.metrics
-        work = plugin_work(settings, dp_tag, logger, None if exported is None else exported.set_host_cost)
+        work = plugin_work(
+            settings,
+            dp_tag,
+            logger,
+            None if exported is None else exported.set_host_cost,
+            (lambda: queue.thread_ns) if thread else None,
+        )
         logger.info(
             "DSPARK_HARVEST worker %s%s: harvest=%s (%s), block_size=%d, gamma=%d, verify_window=%d, "
-            "harvested rows %s",
+            "harvested rows %s, telemetry queue %s",
             worker,
             "" if dp_rank is None else f" (dp {dp_rank})",
             plan.harvest.name(),
@@ -79,6 +88,7 @@ class WorkerRounds:
             geometry.gamma,
             geometry.verify_window,
             list(geometry.harvested_rows),
+            "on its own thread" if thread else "on the scheduler's thread",
         )
         telemetry.logger.info("%s", telemetry.describe())  # what `dspark-harvest report` reads gamma from
         return cls(telemetry, probe, queue, work)

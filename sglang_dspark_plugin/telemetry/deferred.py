@@ -20,12 +20,21 @@ since) and pushes the Prometheus counters and gauges, so a server that goes idle
 exported every count and holds nothing. A request's end alone
 does not: at a large batch some request finishes nearly every round, and running the queue at each
 would run it, cold, nearly every round.
+
+With ``MEMRA_DSPARK_QUEUE_THREAD`` (``thread=True``) the runs go to one thread of their own, in order:
+the scheduler's thread only hands the queued steps over. Then a request's line lands shortly after
+its answer, the alarm state that decides the probe's sampling is the one of the last run that
+completed, and an error in a run is logged there and raised on the scheduler's thread at its next
+round or request end. A normal exit runs what was handed over; a killed server loses the rounds
+queued since the last run and the run in progress (at most ``every`` rounds and the ends since).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +61,8 @@ _COUNTED = itemgetter(4)
 
 _ROUND, _FINISH = 0, 1
 
+logger = logging.getLogger(__name__)
+
 
 class DeferredRounds:
     """``telemetry`` and ``probe`` (``None``: no probe) fed through a queue run every ``every`` rounds."""
@@ -68,6 +79,10 @@ class DeferredRounds:
         "_last",
         "_live",
         "_finished",
+        "_thread",
+        "_pending",
+        "_failure",
+        "thread_ns",
     )
 
     def __init__(
@@ -76,6 +91,8 @@ class DeferredRounds:
         probe: LiveProbe | None,
         every: int = DEFAULT_DEFER_ROUNDS,
         clock: Callable[[], float] = time.time,
+        *,
+        thread: bool = False,
     ) -> None:
         self.telemetry, self.probe, self.every, self.clock = telemetry, probe, max(1, every), clock
         self._ops: list[tuple[int, Any]] = []
@@ -85,6 +102,11 @@ class DeferredRounds:
         self._last: tuple[Sequence[int], Sequence[Fact] | None] = ((), None)  # the last round's
         self._live = 0  # requests the last round counted (-1: not worked out yet)
         self._finished = 0  # requests that ended since the last round
+        # thread: the runs on one worker thread of their own, in order (None: on the caller's)
+        self._thread = ThreadPoolExecutor(1, "dspark-queue") if thread else None
+        self._pending: Future[None] | None = None  # the last run handed to the thread
+        self._failure: BaseException | None = None  # a run's error, raised on the caller's thread
+        self.thread_ns = 0  # the thread's CPU time in runs so far (``time.thread_time_ns``)
 
     def round(
         self,
@@ -102,6 +124,8 @@ class DeferredRounds:
         on the round's path. A round in which every request had finished is skipped, by the telemetry
         and the probe alike. The queue runs once ``every`` rounds are queued. Returns whether the round
         is sampled."""
+        if self._failure is not None:
+            self._raise_failure()
         self._last, self._live, self._finished = (values, facts), -1, 0
         sampled = False
         step: tuple[Any, ...]
@@ -127,6 +151,8 @@ class DeferredRounds:
     def finish(self, rid: Hashable) -> None:
         """``rid`` has ended (sglang's end-of-request hook): queued; the queue runs once every request
         the last round counted has ended (the batch drained)."""
+        if self._failure is not None:
+            self._raise_failure()
         if self.probe is not None or self.telemetry.requests is not None:
             self._ops.append((_FINISH, rid))
         self._finished += 1
@@ -135,21 +161,52 @@ class DeferredRounds:
             values, facts = self._last
             live = self._live = len(values) if facts is None else sum(map(_COUNTED, facts))
         if self._finished >= live:
-            self.run()
-            self.telemetry.flush_metrics()  # an idle server's counters catch up, its gauges reach 0
+            self.run(flush=True)  # an idle server's counters catch up, its gauges reach 0
 
     @property
     def queued(self) -> int:
         """Steps waiting in the queue: rounds and request ends."""
         return len(self._ops)
 
-    def run(self) -> None:
-        """Run every queued step, in order."""
+    @property
+    def threaded(self) -> bool:
+        """Whether the runs go to a thread of their own."""
+        return self._thread is not None
+
+    def run(self, *, flush: bool = False) -> None:
+        """Run every queued step, in order (on the queue's thread where it has one), then, with
+        ``flush``, push the Prometheus counters and gauges."""
         ops, self._ops, self._rounds = self._ops, [], 0
+        if self._thread is None:
+            self._run(ops, flush)
+        else:
+            self._pending = self._thread.submit(self._run_off, ops, flush)
+
+    def wait(self) -> None:
+        """Until every run handed to the queue's thread has completed (no-op without one); a run's
+        error is raised here."""
+        pending = self._pending
+        if pending is not None:
+            pending.result()  # the runs complete in order: the last one done, all are
+        if self._failure is not None:
+            self._raise_failure()
+
+    def close(self) -> None:
+        """Run what is queued, wait for it, and stop the queue's thread (where it has one)."""
+        self.run(flush=True)
+        self.wait()
+        if self._thread is not None:
+            self._thread.shutdown(wait=True)
+
+    def _run(
+        self, ops: list[tuple[int, Any]], flush: bool, pause: Callable[[float], None] | None = None
+    ) -> None:
         telemetry, probe = self.telemetry, self.probe
         telemetry.queued_steps = len(ops)  # the live state the summary and the metrics report
         try:
             for kind, arg in ops:
+                if pause is not None:
+                    pause(0)  # the interpreter's lock to the scheduler's thread if it waits for it
                 if kind == _ROUND:
                     _run_round(telemetry, probe, *arg)
                 else:
@@ -158,6 +215,26 @@ class DeferredRounds:
                     telemetry.finish_request(arg)
         finally:
             self._alarm_low = telemetry.alarm.low()
+        if flush:
+            telemetry.flush_metrics()
+
+    def _run_off(self, ops: list[tuple[int, Any]], flush: bool) -> None:
+        """A run on the queue's thread: its CPU time counted, an error kept for the caller's thread."""
+        started = time.thread_time_ns()
+        try:
+            # Between steps the thread lets go of the interpreter's lock (``time.sleep(0)``): the
+            # scheduler's thread, if it waits for it, waits one step, not up to a run.
+            self._run(ops, flush, time.sleep)
+        except BaseException as error:  # raised again on the scheduler's thread: not lost
+            logger.exception("DSPARK_HARVEST: the telemetry queue's run failed")
+            self._failure = error
+        finally:
+            self.thread_ns += time.thread_time_ns() - started
+
+    def _raise_failure(self) -> None:
+        failure, self._failure = self._failure, None
+        assert failure is not None
+        raise failure
 
 
 def _run_round(

@@ -13,9 +13,11 @@ rounds, and logs one line per window::
     dspark host cost rounds=100 plugin_us_per_round=7.21 round_us_median=18034.2 plugin_fraction=0.00040
 
 ``plugin_fraction`` is the plugin's mean time per round over the median round-to-round time (the median
-leaves out the idle gaps between requests). What it cannot see: sglang's own dispatch of the plugin's
-hook (a few hundred nanoseconds a round), which the end-to-end benchmark (``scripts/bench_served.py``)
-counts with the rest.
+leaves out the idle gaps between requests). Where the queue's runs have a thread of their own
+(``MEMRA_DSPARK_QUEUE_THREAD``) the line ends with that thread's CPU time per round, which
+``plugin_us_per_round`` (the scheduler's thread) leaves out: ``queue_thread_us_per_round=31.40``.
+What it cannot see: sglang's own dispatch of the plugin's hook (a few hundred nanoseconds a round),
+which the end-to-end benchmark (``scripts/bench_served.py``) counts with the rest.
 """
 
 from __future__ import annotations
@@ -43,8 +45,11 @@ class HostCost:
         clock: Callable[[], int] = time.perf_counter_ns,
         dp_tag: str = "",
         on_window: Callable[[dict[str, float]], None] | None = None,
+        off_thread: Callable[[], int] | None = None,
     ) -> None:
         self.every = max(1, int(every))
+        self.off_thread = off_thread  # the queue thread's CPU ns so far (``DeferredRounds.thread_ns``)
+        self._off_thread_at = 0  # its value when the current window began
         self.on_window = on_window  # given each logged window's figures (the Prometheus gauge)
         self.logger = logger if logger is not None else safe_logger(ACCEPT_LOGGER)
         self.clock, self.dp_tag = clock, dp_tag
@@ -77,12 +82,17 @@ class HostCost:
         plugin_us = self.plugin_ns / self.rounds / 1e3
         round_us = statistics.median(self.intervals) / 1e3 if self.intervals else float("nan")
         fraction = plugin_us / round_us if round_us > 0 else float("nan")
-        return {
+        figures = {
             "rounds": float(self.rounds),
             "plugin_us_per_round": plugin_us,
             "round_us_median": round_us,
             "plugin_fraction": fraction,
         }
+        if self.off_thread is not None:
+            figures["queue_thread_us_per_round"] = (
+                (self.off_thread() - self._off_thread_at) / self.rounds / 1e3
+            )
+        return figures
 
     def flush(self) -> None:
         """Log the current window (if it has rounds) and start a new one."""
@@ -90,14 +100,19 @@ class HostCost:
         if figures is None:
             return
         self.last = figures
+        off = figures.get("queue_thread_us_per_round")
         self.logger.info(
-            "dspark host cost rounds=%d plugin_us_per_round=%.2f round_us_median=%.1f plugin_fraction=%.5f%s",
+            "dspark host cost rounds=%d plugin_us_per_round=%.2f round_us_median=%.1f "
+            "plugin_fraction=%.5f%s%s",
             int(figures["rounds"]),
             figures["plugin_us_per_round"],
             figures["round_us_median"],
             figures["plugin_fraction"],
+            "" if off is None else f" queue_thread_us_per_round={off:.2f}",
             self.dp_tag,
         )
+        if self.off_thread is not None:
+            self._off_thread_at = self.off_thread()
         if self.on_window is not None:
             self.on_window(figures)
         self.plugin_ns, self.rounds, self.intervals = 0, 0, []
@@ -139,12 +154,14 @@ def plugin_work(
     dp_tag: str = "",
     logger: logging.Logger | None = None,
     on_window: Callable[[dict[str, float]], None] | None = None,
+    off_thread: Callable[[], int] | None = None,
 ) -> PluginWork | None:
     """What a worker enters around its per-round work (``TelemetrySettings``): ``None`` on a normal
-    server, or a ``PluginWork`` that times it (``MEMRA_DSPARK_HOST_TIMING``, one line per
-    ``host_cost_every`` rounds, each window also handed to ``on_window``) and, on a CUDA device, runs
-    it under the sync debug mode "error" (``MEMRA_DSPARK_SYNC_DEBUG``; without a CUDA device ``logger``
-    says so and nothing is checked)."""
+        server, or a ``PluginWork`` that times it (``MEMRA_DSPARK_HOST_TIMING``, one line per
+        ``host_cost_every`` rounds, each window also handed to ``on_window``; ``off_thread``: the queue
+    thread's CPU time so far, logged per round beside) and, on a CUDA device, runs
+        it under the sync debug mode "error" (``MEMRA_DSPARK_SYNC_DEBUG``; without a CUDA device ``logger``
+        says so and nothing is checked)."""
     sync_mode = None
     if settings.sync_debug:
         import torch
@@ -154,7 +171,7 @@ def plugin_work(
         elif logger is not None:
             logger.info("DSPARK_HARVEST: MEMRA_DSPARK_SYNC_DEBUG is on but there is no CUDA device: no check")
     cost = (
-        HostCost(settings.host_cost_every, dp_tag=dp_tag, on_window=on_window)
+        HostCost(settings.host_cost_every, dp_tag=dp_tag, on_window=on_window, off_thread=off_thread)
         if settings.host_timing
         else None
     )

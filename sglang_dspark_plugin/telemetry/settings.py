@@ -55,6 +55,7 @@ class TelemetrySettings:
     host_timing: bool = False  # time the plugin's own host work per round (``HostCost``)
     sync_debug: bool = False  # the plugin's per-round work under CUDA's sync debug mode "error"
     request_log: bool = True  # one line per finished request, the per-request histogram
+    queue_thread: bool = False  # the queue's runs on a thread of their own (``DeferredRounds``)
 
     @property
     def host_cost_every(self) -> int:
@@ -94,6 +95,7 @@ class TelemetrySettings:
             ("host_timing", isinstance(self.host_timing, bool), "True or False"),
             ("sync_debug", isinstance(self.sync_debug, bool), "True or False"),
             ("request_log", isinstance(self.request_log, bool), "True or False"),
+            ("queue_thread", isinstance(self.queue_thread, bool), "True or False"),
         )
         table.check_fields("TelemetrySettings", self, checks)
 
@@ -115,6 +117,7 @@ class TelemetrySettings:
             "host_timing": table.HOST_TIMING,
             "sync_debug": table.SYNC_DEBUG,
             "request_log": table.REQUEST_LOG,
+            "queue_thread": table.QUEUE_THREAD,
         }
         return cls(**{field: table.read_setting(v.name, environ) for field, v in variables.items()})
 
@@ -131,6 +134,7 @@ class TelemetrySettings:
             "host_timing": self.host_timing,
             "sync_debug": self.sync_debug,
             "request_log": self.request_log,
+            "queue_thread": self.queue_thread,
         }
 
 

@@ -193,3 +193,28 @@ def test_a_summary_with_the_live_state_is_read_and_reported():
     kind, line = classify(summary, "f", 1)
     assert kind == "line" and line is not None and line.kind == "summary"
     assert (line.fields["held"], line.fields["swept"], line.fields["queued"], line.dp) == ("3", "2", "17", 1)
+
+
+def test_the_host_cost_and_its_queue_threads_time_are_read_from_the_plugins_own_lines(log, capsys):
+    """``dspark host cost`` lines as ``HostCost`` writes them, with and without the queue's thread
+    (``MEMRA_DSPARK_QUEUE_THREAD``): the largest fraction of a round each, in the JSON and the text."""
+    from sglang_dspark_plugin.telemetry import HostCost
+
+    t = log.process()
+    rounds(t, 100, seed=4)
+    now, thread_ns = [0], [0]
+    for off_thread, plugin_ns, thread_step in ((None, 3_000, 0), (lambda: thread_ns[0], 1_000, 50_000)):
+        cost = HostCost(every=2, logger=log.logger, clock=lambda: now[0], off_thread=off_thread)
+        for _ in range(3):
+            cost.add(plugin_ns)
+            thread_ns[0] += thread_step
+            now[0] += 1_000_000  # a 1 ms round
+            cost.end_round()
+    group = _group(read_logs([str(log.path)]).to_json())
+    assert group["host_cost_fraction"] == pytest.approx(0.003)  # 3 us of a 1 ms round, the larger
+    assert group["host_cost_thread_fraction"] == pytest.approx(0.05)  # 50 us a round on the thread
+    assert main(["report", str(log.path)]) == 0
+    assert (
+        "host cost: at most 0.300% of a round (and its queue's thread: at most 5.000%)"
+        in capsys.readouterr().out
+    )

@@ -114,3 +114,34 @@ def test_host_timing_enters_the_plugin_work_around_each_round(tmp_path: Path) ->
     assert rounds is not None and rounds.work is not NO_WORK and rounds.work.cost is not None
     _round(rounds, [1], [True], plan.geometry.verify_window)
     assert rounds.work.cost.total_rounds == 1
+
+
+def test_the_queue_thread_setting_moves_the_runs_off_the_round_unless_a_mismatch_stops_the_server(
+    tmp_path: Path,
+) -> None:
+    """``MEMRA_DSPARK_QUEUE_THREAD=1``: the runs go to the queue's thread and the host-cost line reads
+    its time; under ``MEMRA_DSPARK_ON_MISMATCH=fail`` they stay on the scheduler's thread, so that the
+    run that decides stops the server."""
+    from sglang_dspark_plugin.probe.live import ProbeSettings
+
+    base = _plan(tmp_path)
+    assert not _attach(base).queue.threaded  # the default: on the scheduler's thread
+
+    def with_(thread: bool, on_mismatch: str) -> WorkerRounds:
+        telemetry = dataclasses.replace(base.request.telemetry, queue_thread=thread, host_timing=True)
+        request = dataclasses.replace(
+            base.request, telemetry=telemetry, probe=ProbeSettings(on_mismatch=on_mismatch)
+        )
+        rounds = _attach(dataclasses.replace(base, request=request))
+        assert rounds is not None
+        return rounds
+
+    threaded = with_(True, "warn")
+    assert threaded.queue.threaded and threaded.work.cost.off_thread is not None
+    _round(threaded, [1], [True], base.geometry.verify_window)
+    threaded.finish("r0")  # the batch drained: the run goes to the thread
+    threaded.queue.wait()
+    assert threaded.telemetry.counts.rounds == 1 and threaded.queue.thread_ns > 0
+    threaded.queue.close()
+    failing = with_(True, "fail")
+    assert not failing.queue.threaded and failing.work.cost.off_thread is None

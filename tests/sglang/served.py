@@ -122,12 +122,15 @@ def run_engine(
     max_new_tokens: int,
     env: dict[str, str] | None = None,
     timeout: int = ENGINE_TIMEOUT_S,
+    await_request_lines: bool = False,
 ) -> ServedRun:
-    """Start sglang's Engine with ``engine_args`` (on top of the CPU ones) and generate ``batches``."""
+    """Start sglang's Engine with ``engine_args`` (on top of the CPU ones) and generate ``batches``;
+    with ``await_request_lines``, shut it down once the log holds the plugin's line for each request."""
     spec = {
         "engine": {**CPU_ENGINE_ARGS, **engine_args},
         "batches": batches,
         "max_new_tokens": max_new_tokens,
+        "await_request_lines": await_request_lines,
     }
     with tempfile.TemporaryDirectory(prefix="dspark-served-") as tmp:
         spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"

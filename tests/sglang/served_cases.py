@@ -74,6 +74,7 @@ class Run:
     concurrent: bool = False  # also serve all prompts at once (overlap scheduler on)
     extra_args: tuple[tuple[str, Any], ...] = ()  # further server arguments (name, value)
     bundled: bool = False  # no draft path: the drafter rides in the target's dspark/ subfolder
+    queue_thread: bool = False  # MEMRA_DSPARK_QUEUE_THREAD=1: the queue's runs off the scheduler's thread
 
     @property
     def plugin(self) -> bool:
@@ -101,6 +102,8 @@ class Run:
         env = dict(ALARM_ENV)
         if self.harvest is not None:
             env["MEMRA_DSPARK_HARVEST"] = self.harvest
+        if self.queue_thread:
+            env["MEMRA_DSPARK_QUEUE_THREAD"] = "1"
         return env
 
 
@@ -114,6 +117,7 @@ RUNS: dict[str, Run] = {
     for r in (
         Run("builtin-DFLASH/dflash", "DFLASH", "dflash"),
         Run("plugin/dflash", PLUGIN, "dflash", concurrent=True),
+        Run("plugin/dflash-queue-thread", PLUGIN, "dflash", concurrent=True, queue_thread=True),
         Run("builtin-DSPARK/dspark-zero-markov", "DSPARK", "dspark-zero-markov"),
         Run("plugin/dspark-zero-markov", PLUGIN, "dspark-zero-markov"),
         Run("plugin/dspark", PLUGIN, "dspark", concurrent=True),
@@ -230,6 +234,7 @@ CASES: tuple[Case, ...] = (
         "reference",
         (
             "plugin/dflash",
+            "plugin/dflash-queue-thread",
             "plugin/dspark",
             "plugin/dspark-zero-markov",
             "builtin-DSPARK/dspark-zero-markov",
@@ -237,7 +242,8 @@ CASES: tuple[Case, ...] = (
             "builtin-DSPARK/dspark-markov",
         ),
         "every drafter under its matched harvest: tokens = reference engine = target greedy; the "
-        "per-request accept lengths equal the reference engine's (the zero-head route included)",
+        "per-request accept lengths equal the reference engine's (the zero-head route included, and the "
+        "queue's runs on a thread of their own: every round's line, in order)",
     ),
     Case(
         "forced-harvest-collapse",
@@ -261,7 +267,7 @@ CASES: tuple[Case, ...] = (
     Case(
         "concurrent-requests",
         "concurrent",
-        ("plugin/dflash", "plugin/dspark"),
+        ("plugin/dflash", "plugin/dspark", "plugin/dflash-queue-thread"),
         f"{CONCURRENT_REQUESTS} requests at once, overlap scheduler on: lossless, per-round batch sizes "
         "consistent with the requests served",
     ),

@@ -80,7 +80,9 @@ class ServedRuns:
                 **({} if draft is None else {"speculative_draft_model_path": str(draft)}),
                 **dict(run.extra_args),
             }
-            got = run_engine(engine_args, batches, sc.MAX_NEW_TOKENS, env=run.env())
+            got = run_engine(
+                engine_args, batches, sc.MAX_NEW_TOKENS, env=run.env(), await_request_lines=run.plugin
+            )
             n = len(self.prompts)
             self._runs[name] = sc.Outcome(
                 outputs=got.outputs[:n],
@@ -179,7 +181,8 @@ def test_report_reads_the_builtins_own_decode_lines_into_a_verdict(run_name, ver
         assert "dspark-harvest check" in group["why"] and "no per-position rates" in group["why"]
 
 
-def test_each_finished_request_gets_a_line_that_agrees_with_sglangs_meta_info(served):
+@pytest.mark.parametrize("run_name", ["plugin/dflash", "plugin/dflash-queue-thread"])
+def test_each_finished_request_gets_a_line_that_agrees_with_sglangs_meta_info(served, run_name):
     """The per-request line (``MEMRA_DSPARK_REQUEST_LOG``, on by default) for every request, alone and
     concurrent: its verify rounds are sglang's ``spec_verify_ct`` for that request id, and the tokens its
     rounds accepted are sglang's completion tokens (``spec_accept_length`` x rounds) less the prefill's
@@ -187,7 +190,9 @@ def test_each_finished_request_gets_a_line_that_agrees_with_sglangs_meta_info(se
     (sglang cuts the output there; the round's counts hold it)."""
     import re
 
-    got = served("plugin/dflash")
+    got = served(run_name)
+    where = "on its own thread" if sc.RUNS[run_name].queue_thread else "on the scheduler's thread"
+    assert f"telemetry queue {where}" in got.log
     lines = {
         rid: (int(rounds), int(accepted), float(mean))
         for rid, rounds, accepted, mean in re.findall(

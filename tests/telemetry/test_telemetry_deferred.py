@@ -35,13 +35,14 @@ def serve(
     caplog: pytest.LogCaptureFixture,
     settings: TelemetrySettings = SETTINGS,
     shift: int = 1,
+    thread: bool = False,
 ):
     """A served stream: 6 requests, 3 at a time, drafting ``shift`` positions late (a shifted drafter
     under the dflash harvest), through a queue run every ``every`` rounds; what it logged and kept."""
     caplog.clear()
     probe = LiveProbe(DsparkHarvest.DFLASH, probe_settings)
     telemetry = AcceptTelemetry(GAMMA, DsparkHarvest.DFLASH, "census", (), settings=settings, probe=probe)
-    rounds = DeferredRounds(telemetry, probe, every=every, clock=Clock())
+    rounds = DeferredRounds(telemetry, probe, every=every, clock=Clock(), thread=thread)
     rng = random.Random(3)
     seqs = {rid: sequence(400, seed=rid) for rid in range(6)}
     outs = {rid: seqs[rid][:10] for rid in range(6)}
@@ -69,6 +70,7 @@ def serve(
                     rounds.finish(rid)
                     if waiting:
                         running.append(waiting.pop(0))
+        rounds.wait()  # what the queue's thread was handed (no-op without one)
     # rounds_per_s: wall time when the summary runs, the one figure that differs
     lines = [
         (re.sub(r"rounds_per_s=[0-9.]+", "rounds_per_s=*", r.getMessage()), r.created)
@@ -200,3 +202,57 @@ def test_an_idle_servers_counters_equal_its_lines(with_probe: bool) -> None:
     assert value("dspark_harvest_rounds_total") == 21
     assert value("dspark_harvest_request_rounds_total") == 63
     assert value("dspark_harvest_accepted_drafts_total") == telemetry.counts.accepted_drafts
+
+
+def test_the_queues_thread_sees_what_the_callers_thread_sees(caplog) -> None:
+    """``MEMRA_DSPARK_QUEUE_THREAD``: the runs on a thread of their own log the same lines, in the same
+    order and with the same round times, and keep the same counts and verdict, once handed over."""
+    every_round = ProbeSettings(rounds=10**9)
+    t1, p1, q1, lines1 = serve(8, every_round, caplog)
+    tt, pt, qt, linest = serve(8, every_round, caplog, thread=True)
+    assert qt.threaded and not q1.threaded and qt.queued == 0
+    assert [m for m, _ in linest] == [m for m, _ in lines1]
+    assert [(m, at) for m, at in linest if "round=" in m] == [(m, at) for m, at in lines1 if "round=" in m]
+    assert any("dspark accept ALARM" in m for m, _ in linest)
+    assert tt.counts.hist == t1.counts.hist and tt.counts.rounds == t1.counts.rounds > 100
+    assert pt.counts == p1.counts and pt.verdict is not None and pt.verdict.override == p1.verdict.override
+    assert qt.thread_ns > 0 and q1.thread_ns == 0  # the thread's CPU time, counted apart
+    qt.close()
+
+
+def test_a_run_that_fails_on_the_queues_thread_fails_the_next_round(caplog) -> None:
+    """An error in a run on the queue's thread is logged there and raised on the caller's thread at its
+    next round: not lost with the thread."""
+
+    class Broken(AcceptTelemetry):
+        def on_verify_complete(self, *args, **kwargs):
+            raise RuntimeError("broken on purpose")
+
+    telemetry = Broken(GAMMA, DsparkHarvest.DFLASH, "census", (), settings=NO_ALARM)
+    rounds = DeferredRounds(telemetry, None, every=1, thread=True)
+    with caplog.at_level(logging.ERROR):
+        rounds.round([1], None)  # runs on the thread, and fails there
+        with pytest.raises(RuntimeError, match="broken on purpose"):
+            rounds.wait()
+    assert "the telemetry queue's run failed" in caplog.text
+    rounds.round([1], None)
+    rounds._pending.result()
+    with pytest.raises(RuntimeError, match="broken on purpose"):
+        rounds.round([1], None)  # the next round raises what the thread's run raised
+    rounds.round([1], None)  # raised once: the queue goes on
+    rounds._pending.result()
+    with pytest.raises(RuntimeError, match="broken on purpose"):
+        rounds.finish("r0")
+    rounds._thread.shutdown(wait=True)
+
+
+def test_closing_the_queue_runs_what_it_holds() -> None:
+    """A normal stop runs the rounds still queued and pushes the counters (``close``): only a killed
+    server loses them."""
+    telemetry = AcceptTelemetry(GAMMA, DsparkHarvest.DFLASH, "census", (), settings=NO_ALARM)
+    rounds = DeferredRounds(telemetry, None, every=64, thread=True)
+    for _ in range(5):
+        rounds.round([1, 0], None)
+    assert telemetry.counts.rounds == 0 and rounds.queued == 5
+    rounds.close()
+    assert telemetry.counts.rounds == 5 and rounds.queued == 0 and rounds.thread_ns > 0

@@ -41,6 +41,33 @@ def test_the_window_reports_plugin_time_over_the_median_round(caplog):
     assert cost.rounds == 0 and cost.plugin_ns == 0  # a new window
 
 
+def test_the_queues_thread_time_is_logged_beside_per_round(caplog):
+    """``MEMRA_DSPARK_QUEUE_THREAD``: the thread's CPU time is not in ``plugin_us_per_round`` (the
+    scheduler's thread); each window logs it per round beside, from the thread's running total."""
+    thread_ns = [0]
+    cost = HostCost(every=2, clock=Clock(), off_thread=lambda: thread_ns[0])
+    with caplog.at_level(logging.INFO, logger=ACCEPT_LOGGER):
+        for total in (10_000, 30_000, 30_000, 34_000):  # the thread's total after each round
+            cost.add(1_000)
+            thread_ns[0] = total
+            cost.end_round()
+    lines = [r.getMessage() for r in caplog.records if "dspark host cost" in r.getMessage()]
+    assert [line.split("plugin_fraction=")[1].split(" ", 1)[1] for line in lines] == [
+        "queue_thread_us_per_round=15.00",  # 30 us over the first 2 rounds
+        "queue_thread_us_per_round=2.00",  # 4 us more over the next 2
+    ]
+    assert cost.last is not None and cost.last["plugin_us_per_round"] == 1.0
+    plain = HostCost(every=10, clock=Clock())
+    plain.add(1_000)
+    plain.end_round()
+    assert set(plain.figures() or ()) == {
+        "rounds",
+        "plugin_us_per_round",
+        "round_us_median",
+        "plugin_fraction",
+    }
+
+
 def test_a_window_with_one_round_has_no_interval_yet():
     cost = HostCost(every=1, clock=Clock())
     cost.add(1_000)

@@ -12,10 +12,15 @@ as patches of ``dspark_cpu_patches``, whose import hook applies them):
 
 Every ``DSPARK_BENCH_WINDOW`` rounds (default 20) it prints one line::
 
-    dspark-bench sglang rounds=20 interval_us_median=13010.2 forward_us_median=12200.4 host_us_median=790.1
+    dspark-bench sglang rounds=20 interval_us_median=13010.2 forward_us_median=12200.4
+        host_us_median=790.1 interval_us_mean=13113.0
+
+(one line, broken here).
 
 ``host_us_median`` is the median over the window's rounds of (interval - forward): sglang's own host
-work per round plus the plugin's. ``scripts/bench_served.py --part cost`` subtracts the plugin's own
+work per round plus the plugin's. ``interval_us_mean`` is the mean round interval: a round delayed
+now and then (a thread holding the interpreter's lock when the scheduler wants it) moves the mean, not
+the median. ``scripts/bench_served.py --part cost`` subtracts the plugin's own
 time (its ``dspark host cost`` lines) to get sglang's. On this CPU harness a forward runs on the
 scheduler's thread, so a round is its forward plus its host time; on a GPU the two overlap.
 """
@@ -66,9 +71,11 @@ def _processor(mod: Any) -> None:
             interval = statistics.median(r[0] for r in rounds) * 1e6
             forward_us = statistics.median(r[1] for r in rounds) * 1e6
             host = statistics.median(r[0] - r[1] for r in rounds) * 1e6
+            interval_mean = statistics.fmean(r[0] for r in rounds) * 1e6
             print(
                 f"dspark-bench sglang rounds={len(rounds)} interval_us_median={interval:.1f} "
-                f"forward_us_median={forward_us:.1f} host_us_median={host:.1f}",
+                f"forward_us_median={forward_us:.1f} host_us_median={host:.1f} "
+                f"interval_us_mean={interval_mean:.1f}",
                 file=sys.stderr,
                 flush=True,
             )
