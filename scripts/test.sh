@@ -3,7 +3,7 @@
 #   1. creates/refreshes the three test environments side by side (scripts/setup_envs.sh; first run:
 #      ~4-15 min, then seconds)
 #   2. the code checks (ruff lint and format, mypy, the size limits of scripts/check_sizes.py), then
-#      pytest on everything that needs no sglang, in the sglang-free environment
+#      pytest on everything that needs no sglang, in the sglang-free environment, one worker a core
 #   3. pytest tests/sglang against the REAL sglang 0.5.23 and 0.5.17, including real served rounds:
 #      sglang's engine on CPU. The two suites run side by side (each in its own environment, its own
 #      temporary folders and ports; their logs are printed whole, one after the other, when both end):
@@ -38,8 +38,10 @@ lint() {
     "$VENVS/main/bin/ruff" format --check sglang_dspark_plugin tests scripts
 }
 
-core_suite() {  # pytest on everything that needs no sglang, shown as it runs and kept for the total
-  "$VENVS/main/bin/python" -m pytest tests --ignore=tests/sglang -q --durations=10 "$@" 2>&1 |
+core_suite() {  # pytest on everything that needs no sglang, shown as it runs and kept for the total;
+  # one worker a core (pytest-xdist, at most 4: each holds its own torch), DSPARK_CORE_WORKERS overrides
+  local workers="${DSPARK_CORE_WORKERS:-$(n=$(nproc); echo $((n < 4 ? n : 4)))}"
+  "$VENVS/main/bin/python" -m pytest tests --ignore=tests/sglang -q --durations=10 -n "$workers" "$@" 2>&1 |
     tee "$LOGS/core.log"
 }
 

@@ -56,6 +56,33 @@ RoundRows = tuple[Sequence[int], Sequence[int], Sequence[int] | None]
 sglang caps nothing), as ``live_probe.observe_round`` takes them."""
 
 
+LET_GO_AFTER_NS = 200_000
+"""How long a run on the queue's thread holds the interpreter's lock before it lets go (``time.sleep(0)``,
+checked between steps): the scheduler's thread, when it wants the lock, waits at most this and one
+step, not up to Python's switch interval (5 ms). Each hand-over costs the thread CPU: letting go between
+every step cost about twice what this does (``scripts/bench_queue.py``, docs/telemetry.md)."""
+
+
+class LetGo:
+    """Between a run's steps: lets go of the interpreter's lock once ``after_ns`` have passed since the run
+    began or last let go (``clock``: nanoseconds)."""
+
+    __slots__ = ("after_ns", "clock", "since", "times")
+
+    def __init__(
+        self, after_ns: int = LET_GO_AFTER_NS, clock: Callable[[], int] = time.perf_counter_ns
+    ) -> None:
+        self.after_ns, self.clock = after_ns, clock
+        self.since = clock()
+        self.times = 0  # how often it let go
+
+    def __call__(self) -> None:
+        if self.clock() - self.since >= self.after_ns:
+            time.sleep(0)
+            self.times += 1
+            self.since = self.clock()
+
+
 _COUNTED = itemgetter(4)
 """A fact's "counted": read in C (``map``), no Python frame on the round's path."""
 
@@ -83,6 +110,8 @@ class DeferredRounds:
         "_pending",
         "_failure",
         "thread_ns",
+        "let_go_ns",
+        "let_go_times",
     )
 
     def __init__(
@@ -93,6 +122,7 @@ class DeferredRounds:
         clock: Callable[[], float] = time.time,
         *,
         thread: bool = False,
+        let_go_ns: int = LET_GO_AFTER_NS,
     ) -> None:
         self.telemetry, self.probe, self.every, self.clock = telemetry, probe, max(1, every), clock
         self._ops: list[tuple[int, Any]] = []
@@ -107,6 +137,8 @@ class DeferredRounds:
         self._pending: Future[None] | None = None  # the last run handed to the thread
         self._failure: BaseException | None = None  # a run's error, raised on the caller's thread
         self.thread_ns = 0  # the thread's CPU time in runs so far (``time.thread_time_ns``)
+        self.let_go_ns = let_go_ns  # how long the thread holds the interpreter's lock (LetGo)
+        self.let_go_times = 0  # how often it let go, in runs so far
 
     def round(
         self,
@@ -198,15 +230,13 @@ class DeferredRounds:
         if self._thread is not None:
             self._thread.shutdown(wait=True)
 
-    def _run(
-        self, ops: list[tuple[int, Any]], flush: bool, pause: Callable[[float], None] | None = None
-    ) -> None:
+    def _run(self, ops: list[tuple[int, Any]], flush: bool, pause: Callable[[], None] | None = None) -> None:
         telemetry, probe = self.telemetry, self.probe
         telemetry.queued_steps = len(ops)  # the live state the summary and the metrics report
         try:
             for kind, arg in ops:
                 if pause is not None:
-                    pause(0)  # the interpreter's lock to the scheduler's thread if it waits for it
+                    pause()  # the interpreter's lock to the scheduler's thread, now and then (LetGo)
                 if kind == _ROUND:
                     _run_round(telemetry, probe, *arg)
                 else:
@@ -222,9 +252,9 @@ class DeferredRounds:
         """A run on the queue's thread: its CPU time counted, an error kept for the caller's thread."""
         started = time.thread_time_ns()
         try:
-            # Between steps the thread lets go of the interpreter's lock (``time.sleep(0)``): the
-            # scheduler's thread, if it waits for it, waits one step, not up to a run.
-            self._run(ops, flush, time.sleep)
+            pause = LetGo(self.let_go_ns)
+            self._run(ops, flush, pause)
+            self.let_go_times += pause.times
         except BaseException as error:  # raised again on the scheduler's thread: not lost
             logger.exception("DSPARK_HARVEST: the telemetry queue's run failed")
             self._failure = error

@@ -14,6 +14,7 @@ from probe_streams import sequence
 from sglang_dspark_plugin.harvest import DsparkHarvest
 from sglang_dspark_plugin.probe.live import LiveProbe, ProbeSettings, row_of_round
 from sglang_dspark_plugin.telemetry import ACCEPT_LOGGER, AcceptTelemetry, DeferredRounds, TelemetrySettings
+from sglang_dspark_plugin.telemetry.deferred import LET_GO_AFTER_NS, LetGo
 
 GAMMA = 4
 SETTINGS = TelemetrySettings(summary_every=16, alarm_threshold=1.6, alarm_warmup=8, alarm_window=16)
@@ -256,3 +257,37 @@ def test_closing_the_queue_runs_what_it_holds() -> None:
     assert telemetry.counts.rounds == 0 and rounds.queued == 5
     rounds.close()
     assert telemetry.counts.rounds == 5 and rounds.queued == 0 and rounds.thread_ns > 0
+
+
+def test_a_run_lets_go_of_the_lock_once_its_time_is_up() -> None:
+    """``LetGo``: between steps, the queue's thread lets go of the interpreter's lock only once
+    ``after_ns`` have passed since it began or last let go, and counts how often."""
+    now = [0]
+
+    def clock() -> int:
+        return now[0]
+
+    pause = LetGo(200_000, clock)
+    for _ in range(10):  # 10 steps of 60 us: it lets go after the 4th (240 us) and the 8th (480 us)
+        now[0] += 60_000
+        pause()
+    assert pause.times == 2 and pause.since == 480_000
+    every = LetGo(0, clock)
+    for _ in range(5):
+        every()
+    assert every.times == 5  # 0: between every step
+    assert LET_GO_AFTER_NS == 200_000
+
+
+@pytest.mark.parametrize(("let_go_ns", "expected"), [(0, "every step"), (1 << 62, "never")])
+def test_how_often_the_queues_thread_lets_go_changes_nothing_it_logs(let_go_ns, expected, caplog) -> None:
+    """Letting go between every step or never: the same lines and counts as the caller's own runs, and
+    the thread counts how often it let go (every step; never)."""
+    telemetry = AcceptTelemetry(GAMMA, DsparkHarvest.DFLASH, "census", (), settings=NO_ALARM)
+    rounds = DeferredRounds(telemetry, None, every=4, thread=True, let_go_ns=let_go_ns)
+    for _ in range(10):
+        rounds.round([1, 0], None)
+    rounds.close()
+    assert telemetry.counts.rounds == 10
+    # 10 rounds in runs of 4, 4 and 2 (the close): one let-go a step, or none
+    assert rounds.let_go_times == (10 if expected == "every step" else 0)
