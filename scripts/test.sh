@@ -5,10 +5,12 @@
 #   2. the code checks (ruff lint and format, mypy, the size limits of scripts/check_sizes.py), then
 #      pytest on everything that needs no sglang, in the sglang-free environment, one worker a core
 #   3. pytest tests/sglang against the REAL sglang 0.5.23 and 0.5.17, including real served rounds:
-#      sglang's engine on CPU. The two suites run side by side (each in its own environment, its own
-#      temporary folders and ports; their logs are printed whole, one after the other, when both end):
-#      most of their time is engine start-up and single-threaded CPU rounds, so two of them share the
-#      machine's cores instead of queueing. DSPARK_SGLANG_SERIAL=1 runs them one after the other.
+#      sglang's engine on CPU. Three jobs run side by side: 0.5.23's served cases (test_served.py,
+#      test_served_load.py), the rest of 0.5.23's suite, and 0.5.17's whole suite (each in its version's
+#      environment, with its own temporary folders and ports; their logs are printed whole, one after
+#      the other, when all end): most of their time is engine start-up and single-threaded CPU rounds,
+#      so they share the machine's cores instead of queueing. DSPARK_SGLANG_SERIAL=1 runs each version's
+#      suite whole, one after the other.
 # Any failure, and any skipped test, fails the run. The end prints each stage's wall time and the total
 # of passed and failed tests over every suite.
 set -euo pipefail
@@ -40,16 +42,35 @@ lint() {
 
 core_suite() {  # pytest on everything that needs no sglang, shown as it runs and kept for the total;
   # one worker a core (pytest-xdist, at most 4: each holds its own torch), DSPARK_CORE_WORKERS overrides
-  local workers="${DSPARK_CORE_WORKERS:-$(n=$(nproc); echo $((n < 4 ? n : 4)))}"
+  local workers="${DSPARK_CORE_WORKERS:-$(n=$(nproc); echo $((n < 4 ? n : 4)))}" rc=0
   "$VENVS/main/bin/python" -m pytest tests --ignore=tests/sglang -q --durations=10 -n "$workers" "$@" 2>&1 |
-    tee "$LOGS/core.log"
+    tee "$LOGS/core.log" || rc=$?
+  [ $rc -eq 5 ] && [ "$FILTERED" = 1 ] && rc=0  # as in sglang_suite
+  return $rc
 }
 
-sglang_suite() {  # version [pytest args]: tests/sglang in that version's environment, into its own log
-  local v="$1"
-  shift
-  DSPARK_EXPECT_SGLANG="$v" "$VENVS/sglang-$v/bin/python" -m pytest tests/sglang -q --durations=15 \
-    --basetemp="$LOGS/tmp-$v" "$@" >"$LOGS/sglang-$v.log" 2>&1
+sglang_suite() {  # name version [pytest args]: pytest in that version's environment, into the name's log
+  local name="$1" v="$2" rc=0
+  shift 2
+  DSPARK_EXPECT_SGLANG="$v" "$VENVS/sglang-$v/bin/python" -m pytest -q --durations=15 \
+    --basetemp="$LOGS/tmp-$name" "$@" >"$LOGS/sglang-$name.log" 2>&1 || rc=$?
+  # pytest's 5 (no test collected) is a failure unless the caller's own arguments (-k ...) left none
+  [ $rc -eq 5 ] && [ "$FILTERED" = 1 ] && rc=0
+  return $rc
+}
+
+FILTERED=$([ $# -gt 0 ] && echo 1 || echo 0)
+SERVED_FILES=(tests/sglang/test_served.py tests/sglang/test_served_load.py)
+IGNORE_SERVED=("${SERVED_FILES[@]/#/--ignore=}")
+# The side-by-side jobs, name|version: 0.5.23's suite is the longest (its release serves more cases),
+# so its served cases run as a job of their own: three jobs keep both cores busy to the end.
+JOBS=("0.5.23-served|0.5.23" "0.5.23-rest|0.5.23" "0.5.17|0.5.17")
+job_paths() {  # name: the tests that job runs
+  case "$1" in
+    *-served) echo "${SERVED_FILES[*]}" ;;
+    *-rest) echo "tests/sglang ${IGNORE_SERVED[*]}" ;;
+    *) echo "tests/sglang" ;;
+  esac
 }
 
 timed "set-up" bash scripts/setup_envs.sh
@@ -63,25 +84,34 @@ echo "== core (no sglang)"
 timed "core" core_suite "$@"
 
 if [ "${DSPARK_SGLANG_SERIAL:-0}" = 1 ]; then
-  for v in 0.5.23 0.5.17; do
-    timed "sglang $v" sglang_suite "$v" "$@"
+  LOGGED=(0.5.23 0.5.17)
+  for v in "${LOGGED[@]}"; do
+    timed "sglang $v" sglang_suite "$v" "$v" tests/sglang "$@"
   done
 else
-  echo "== sglang 0.5.23 and 0.5.17, side by side (logs below when both end)"
+  echo "== sglang 0.5.23 (served cases, the rest) and 0.5.17, side by side (logs below when all end)"
+  LOGGED=()
+  pids=()
   t0=$(date +%s)
-  sglang_suite 0.5.23 "$@" & p23=$!
-  sglang_suite 0.5.17 "$@" & p17=$!
-  rc23=0; rc17=0
-  wait $p23 || rc23=$?
-  wait $p17 || rc17=$?
-  both=$(($(date +%s) - t0))
-  TIMES+=("$(printf '%-22s %5ds  %s' "sglang 0.5.23 + 0.5.17" "$both" \
-    "$([ $rc23 -eq 0 ] && [ $rc17 -eq 0 ] && echo ok || echo "FAILED (0.5.23: $rc23, 0.5.17: $rc17)")")")
-  [ $rc23 -eq 0 ] && [ $rc17 -eq 0 ] || status=1
+  for job in "${JOBS[@]}"; do
+    name="${job%%|*}"
+    # shellcheck disable=SC2046  # the paths split into words on purpose
+    sglang_suite "$name" "${job##*|}" $(job_paths "$name") "$@" &
+    pids+=($!)
+    LOGGED+=("$name")
+  done
+  outcome=""
+  for i in "${!pids[@]}"; do
+    rc=0
+    wait "${pids[$i]}" || rc=$?
+    [ $rc -eq 0 ] || { status=1; outcome+=" ${LOGGED[$i]}: $rc"; }
+  done
+  TIMES+=("$(printf '%-22s %5ds  %s' "sglang, side by side" $(($(date +%s) - t0)) \
+    "$([ -z "$outcome" ] && echo ok || echo "FAILED ($outcome )")")")
 fi
-for v in 0.5.23 0.5.17; do
-  echo "== sglang $v"
-  cat "$LOGS/sglang-$v.log"
+for name in "${LOGGED[@]}"; do
+  echo "== sglang $name"
+  cat "$LOGS/sglang-$name.log"
 done
 
 echo
