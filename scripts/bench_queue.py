@@ -1,7 +1,8 @@
 """The telemetry queue's thread (``MEMRA_DSPARK_QUEUE_THREAD``): what its runs cost, by how often a run lets
 go of the interpreter's lock (sglang-free).
 
-Usage: python scripts/bench_queue.py [--rounds N] [--repeats R] [--batch-sizes 1,8,64] [--json]
+Usage: python scripts/bench_queue.py [--rounds N] [--repeats R] [--batch-sizes 1,8,64] [--device-wait US]
+                                     [--json]
 
 A loop stands in for sglang's scheduler: each round runs a few float32 matrix products on one thread
 (torch lets go of the interpreter's lock in them, as a forward pass does), then hands the round to a
@@ -18,6 +19,11 @@ interleaved in each repeat:
 Per policy and batch size: the loop thread's CPU time per round in the plugin's calls (``sched_us``), the
 queue thread's CPU time per round (``thread_us``), how often it let go per run, and the loop's wall time per
 round (``wall_us``), each as the median of the repeats and its range. Numbers are printed, never asserted.
+
+``--device-wait US`` models a GPU host: after its matrix products each round also waits ``US``
+microseconds with the lock let go and no core busy (``time.sleep``), as sglang's scheduler waits for the
+device's result. On such a host the queue's thread can run inside that wait; on this CPU harness it cannot,
+where the forward pass itself keeps the cores busy.
 """
 
 from __future__ import annotations
@@ -48,8 +54,9 @@ POLICIES: dict[str, int | None] = {
 """Policy -> how long a run holds the lock before it lets go (ns); ``None``: no thread."""
 
 
-def run_once(policy: str, bs: int, rounds: int, seed: int) -> dict[str, float]:
-    """One measurement: ``rounds`` rounds of batch ``bs`` under ``policy``."""
+def run_once(policy: str, bs: int, rounds: int, seed: int, device_wait_us: float = 0.0) -> dict[str, float]:
+    """One measurement: ``rounds`` rounds of batch ``bs`` under ``policy``, each round waiting
+    ``device_wait_us`` for a stand-in device after its host work."""
     let_go = POLICIES[policy]
     probe = LiveProbe(DsparkHarvest.DFLASH, ProbeSettings())
     telemetry = AcceptTelemetry(
@@ -66,6 +73,8 @@ def run_once(policy: str, bs: int, rounds: int, seed: int) -> dict[str, float]:
         x = weights
         for _ in range(4):  # the round's forward pass, the interpreter's lock let go inside
             x = torch.tanh(x @ weights)
+        if device_wait_us:
+            time.sleep(device_wait_us / 1e6)
         values = [min(rng.choice((0, 1, 2, 3, 7)), GAMMA) for _ in range(bs)]
         committed = [[5] * (v + 1) for v in values]
         facts = [(rid, 32, lengths[rid], 5, True) for rid in range(bs)]
@@ -88,7 +97,7 @@ def run_once(policy: str, bs: int, rounds: int, seed: int) -> dict[str, float]:
 
 
 def measure(
-    batch_sizes: list[int], rounds: int, repeats: int
+    batch_sizes: list[int], rounds: int, repeats: int, device_wait_us: float = 0.0
 ) -> dict[int, dict[str, dict[str, list[float]]]]:
     torch.set_num_threads(1)
     out: dict[int, dict[str, dict[str, list[float]]]] = {}
@@ -96,7 +105,7 @@ def measure(
         cells: dict[str, dict[str, list[float]]] = {p: {} for p in POLICIES}
         for repeat in range(repeats):
             for policy in POLICIES:  # interleaved: drift on the machine hits every policy alike
-                for key, value in run_once(policy, bs, rounds, seed=repeat).items():
+                for key, value in run_once(policy, bs, rounds, repeat, device_wait_us).items():
                     cells[policy].setdefault(key, []).append(value)
         out[bs] = cells
     return out
@@ -109,6 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3000, help="rounds per measurement (default 3000)")
     parser.add_argument("--repeats", type=int, default=5, help="measurements per cell (default 5)")
     parser.add_argument("--batch-sizes", default="1,8,64", help="comma-separated (default 1,8,64)")
+    parser.add_argument(
+        "--device-wait",
+        type=float,
+        default=0.0,
+        metavar="US",
+        help="each round also waits US microseconds for a stand-in device, the lock let go (default 0)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
@@ -119,14 +135,15 @@ def main(argv: list[str] | None = None) -> int:
         accept.setLevel(logging.INFO)
         accept.propagate = False
         try:
-            samples = measure(batch_sizes, args.rounds, args.repeats)
+            samples = measure(batch_sizes, args.rounds, args.repeats, args.device_wait)
         finally:
             accept.removeHandler(handler)
             handler.close()
     if args.json:
         print(json.dumps({str(bs): cells for bs, cells in samples.items()}, indent=1))
         return 0
-    print(f"rounds={args.rounds} repeats={args.repeats}: median [min-max] per round")
+    wait = f" device wait={args.device_wait:g} us" if args.device_wait else ""
+    print(f"rounds={args.rounds} repeats={args.repeats}{wait}: median [min-max] per round")
     print(f"{'bs':>3} {'policy':<13} {'sched_us':>18} {'thread_us':>18} {'let go/run':>10} {'wall_us':>22}")
     for bs, cells in samples.items():
         for policy, cell in cells.items():

@@ -146,6 +146,31 @@ def wait_ready(base: str, proc: subprocess.Popen, timeout: float) -> None:
     raise RuntimeError(f"server not ready after {timeout:.0f} s")
 
 
+QUEUE_ON_THREAD = "telemetry queue on its own thread"
+"""The plugin's startup line where the queue's runs are on their own thread (``MEMRA_DSPARK_QUEUE_THREAD``;
+auto on an accelerator): then a request's lines land after its answer."""
+AWAIT_LINES_S = 120.0
+
+
+def await_request_lines(log_path: Path, metas: list[Any], timeout: float = AWAIT_LINES_S) -> list[str]:
+    """Before the server is stopped (which would lose them): where the log says the queue runs on its own
+    thread, wait until it holds the plugin's per-request line of every answered request (its id in
+    ``meta_info``), at most ``timeout`` s. The ids still missing (past it, the checks of the log fail on
+    their own)."""
+    rids = [str(m["id"]) for m in metas if isinstance(m, dict) and "id" in m]
+    deadline = time.monotonic() + timeout
+    while True:
+        text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else ""
+        if QUEUE_ON_THREAD not in text:
+            return []
+        missing = [rid for rid in rids if f"dspark accept request rid={rid} " not in text]
+        if not missing or time.monotonic() > deadline:
+            if missing:
+                print(f"[gpu_validate] no per-request line after {timeout:.0f} s: {missing[:4]}", flush=True)
+            return missing
+        time.sleep(0.05)
+
+
 def stop_server(proc: subprocess.Popen) -> None:
     """SIGTERM the server's process group, SIGKILL it after 60 s."""
     if proc.poll() is None:
@@ -303,6 +328,7 @@ def serve_outcome(
                 outs = _http(f"{base}/generate", {key: batch, "sampling_params": params})
                 outcome.concurrent_outputs = [o["output_ids"] for o in outs]
                 outcome.concurrent_metas = [o["meta_info"] for o in outs]
+            await_request_lines(log_path, outcome.metas + outcome.concurrent_metas)
         finally:
             stop_server(proc)
     outcome.log = log_path.read_text(encoding="utf-8", errors="replace")
@@ -503,6 +529,7 @@ def serve_pd(
         batch = _pd_generate(args, prompts[: sc.CONCURRENT_REQUESTS], params, room + 1000 * len(prompts))
         outcome.concurrent_outputs = [o["output_ids"] for o in batch]
         outcome.concurrent_metas = [o["meta_info"] for o in batch]
+        await_request_lines(logs["decode"], outcome.metas + outcome.concurrent_metas)
     finally:
         for proc in procs.values():
             stop_server(proc)

@@ -288,12 +288,14 @@ DEFER_ROUNDS = Setting(
 )
 QUEUE_THREAD = Setting(
     "MEMRA_DSPARK_QUEUE_THREAD",
-    "flag",
-    False,
-    "1, 0, on, off, true, false, yes, no (ASCII, case-insensitive)",
+    "word",
+    "auto",
+    "auto, 1, 0, on, off, true, false, yes, no (ASCII, case-insensitive)",
     "run the queued rounds' telemetry and probe steps on a thread of their own, off the scheduler's "
-    "(their lines land after the round's answer; ignored under MEMRA_DSPARK_ON_MISMATCH=fail; "
-    "docs/telemetry.md)",
+    "(their lines land after the round's answer); auto: on where sglang serves on an accelerator, "
+    "off on CPU, where the forward pass keeps the cores busy; ignored under "
+    "MEMRA_DSPARK_ON_MISMATCH=fail (docs/telemetry.md)",
+    words=("auto", *FLAG_WORDS),
 )
 HOST_TIMING = Setting(
     "MEMRA_DSPARK_HOST_TIMING",

@@ -46,6 +46,8 @@ def test_the_docs_hold_the_generated_table() -> None:
         ("MEMRA_DSPARK_HOST_TIMING", "On", True),
         ("MEMRA_DSPARK_HOST_TIMING", "1", True),
         ("MEMRA_DSPARK_SYNC_DEBUG", " no ", False),
+        ("MEMRA_DSPARK_QUEUE_THREAD", "Auto", "auto"),
+        ("MEMRA_DSPARK_QUEUE_THREAD", "ON", "on"),
     ],
 )
 def test_accepted_values(name: str, raw: str, value: object) -> None:
@@ -74,6 +76,7 @@ def test_accepted_values(name: str, raw: str, value: object) -> None:
         ("MEMRA_DSPARK_ON_MISMATCH", "fa\u0131l"),  # a dotless i: not ASCII
         ("MEMRA_DSPARK_HOST_TIMING", "2"),
         ("MEMRA_DSPARK_SYNC_DEBUG", "enabled"),
+        ("MEMRA_DSPARK_QUEUE_THREAD", "gpu"),
     ],
 )
 def test_refused_values_name_the_variable(name: str, raw: str) -> None:
@@ -99,6 +102,7 @@ def test_unset_gives_the_default() -> None:
         {"accept_log_level": "INFO"},
         {"host_timing": 1},
         {"sync_debug": "yes"},
+        {"queue_thread": "auto"},
     ],
 )
 def test_telemetry_settings_refuse_wrong_types_and_sizes(field: dict) -> None:
@@ -112,3 +116,13 @@ def test_telemetry_settings_read_through_the_table() -> None:
     assert (s.alarm_window, s.summary_every) == (64, 0)
     with pytest.raises(SettingsError):
         TelemetrySettings.from_env({"MEMRA_DSPARK_ALARM_WINDOW": "100000000"})
+
+
+@pytest.mark.parametrize(("raw", "value"), [(None, None), ("auto", None), ("yes", True), ("0", False)])
+def test_the_queue_thread_is_auto_unless_set(raw: str | None, value: bool | None) -> None:
+    """``MEMRA_DSPARK_QUEUE_THREAD`` unset or ``auto``: None (the worker's device decides,
+    ``serving.rounds.queue_on_thread``); a flag word: that flag."""
+    environ = {} if raw is None else {"MEMRA_DSPARK_QUEUE_THREAD": raw}
+    settings_ = TelemetrySettings.from_env(environ)
+    assert settings_.queue_thread is value
+    assert settings_.to_json()["queue_thread"] == ("auto" if value is None else value)

@@ -3,7 +3,7 @@
 The census reads a checkpoint's ``architectures[0]`` against ``FAMILY``; the plan derives the names its
 dspark arm loads with sglang's dense DSpark class from ``SGLANG_DENSE_DSPARK``. Both lists come from
 here, so the census never refuses a drafter that a worker serves. Which classes each sglang release
-registers is the release table's (``serving.releases``).
+registers is the release table's (``releases``).
 """
 
 from __future__ import annotations

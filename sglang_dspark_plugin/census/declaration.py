@@ -16,7 +16,7 @@ declaration must not turn into a fact. ``MEMRA_DSPARK_HARVEST`` is not read: it 
 and a declaration outlives it.
 
 What each sglang release's own builtins (and the two open sglang PRs) serve from the source and from
-the copy is the serving side's reading (``serving.plain``), which ``cli.declare`` prints beside this.
+the copy is the serving side's reading (``releases.plain``), which ``cli.declare`` prints beside this.
 """
 
 from __future__ import annotations

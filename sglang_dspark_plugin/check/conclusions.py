@@ -101,7 +101,7 @@ def _release_serves(cfg: DflashCfg, env_value: str | None, target: str | None, v
 
 def releases_to_plan() -> tuple[str, ...]:
     """The sglang releases ``check`` plans a launch for: the installed one, else every tested one."""
-    from ..serving import releases
+    from .. import releases
 
     installed = releases.installed_sglang()
     return (installed,) if installed else releases.TESTED

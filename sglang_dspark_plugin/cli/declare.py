@@ -59,9 +59,9 @@ def run(args: argparse.Namespace) -> int:
 
 def with_engines(declaration: Any) -> dict[str, Any]:
     """The declaration's report with the engine table: what each release's plain builtins serve from
-    the source and from the copy (``serving.plain``), against what the draft was trained for."""
+    the source and from the copy (``releases.plain``), against what the draft was trained for."""
     from ..harvest import DsparkHarvest
-    from ..serving.plain import Trained, engine_table
+    from ..releases.plain import Trained, engine_table
 
     report = declaration.to_json()
     harvest = DsparkHarvest.from_name(declaration.harvest)

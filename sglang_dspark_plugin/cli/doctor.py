@@ -25,9 +25,9 @@ from typing import Any
 
 from ..commands import EXIT_OK, add_command, emit
 from ..errors import printable
+from ..releases import TESTED as SUPPORTED_SGLANG
+from ..releases import installed_sglang as sglang_version
 from ..serving import ALGORITHM
-from ..serving.releases import TESTED as SUPPORTED_SGLANG
-from ..serving.releases import installed_sglang as sglang_version
 from ..serving.topology import ARMS, topology_line
 from ..util.contract_check import HookStatus
 

@@ -41,8 +41,8 @@ class BundledReport:
 
     @classmethod
     def of(cls, path: str, bundled: Any) -> BundledReport:
+        from ..releases import TESTED
         from ..serving.bundled import KEYS
-        from ..serving.releases import TESTED
         from ..serving.request import SglangSupport
 
         looks = [v for v in TESTED if bundled.form == KEYS or SglangSupport.for_version(v).dspark_subfolder]
@@ -305,8 +305,8 @@ def _harvest_env(environ: dict[str, str] | None) -> str | None:
 def _per_release(request: Any) -> tuple[tuple[Any, ...], list[str]]:
     """What each tested sglang release serves for the launch ``request``: the serving plan itself
     decides (``serving.verdict``), and the advice its plans would log."""
+    from ..releases import TESTED
     from ..serving import SglangSupport
-    from ..serving.releases import TESTED
     from ..serving.verdict import release_verdict
 
     served = tuple(release_verdict(request, SglangSupport.for_version(v)) for v in TESTED)

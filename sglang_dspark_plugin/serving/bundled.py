@@ -33,9 +33,9 @@ from ..census.rules import SGLANG_BUNDLE_KEYS
 from ..checkpoint.files import printable, regular_file
 from ..errors import InvalidCheckpointError, UnsupportedCheckpointError
 from ..harvest import ENV_VAR, DsparkHarvest, Resolution
+from ..releases import first_release
 from .layout import DSPARK, Arm
 from .refusal import ALGORITHM, ServeRefusal
-from .releases import first_release
 from .servability import require_mask_token
 from .target_checkpoint import CONFIG_PATTERNS, TargetCheckpoint
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ..census.architectures import DSPARK_ARCHITECTURES
 from ..census.draft_config import DflashCfg
 from ..harvest import DsparkHarvest
-from .releases import DFLASH, DSPARK
+from ..releases import DFLASH, DSPARK
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ from typing import Any
 from ..geometry import BLOCK_SIZE_FLAGS
 from ..harvest import ENV_VAR, DsparkHarvest
 from ..probe.live import ProbeSettings
+from ..releases import nearest
 from ..settings import MANIFEST, PEER_MANIFEST, read_setting
 from ..telemetry.settings import TelemetrySettings
-from .releases import nearest
 
 MANIFEST_ENV_VAR = MANIFEST.name
 """When set to a path, the launcher writes the geometry manifest there at startup."""

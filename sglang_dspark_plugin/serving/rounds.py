@@ -24,6 +24,24 @@ if TYPE_CHECKING:
     from ..telemetry.deferred import Fact, RoundRows
     from .plan import ServePlan
 
+
+def queue_on_thread(setting: bool | None, device: str | None, on_mismatch: str) -> tuple[bool, str]:
+    """Whether the queue's runs go to a thread of their own, and why (the startup line's words).
+
+    ``setting`` is ``MEMRA_DSPARK_QUEUE_THREAD`` (None: auto) and ``device`` sglang's resolved
+    ``--device``. Auto takes the thread on an accelerator, where the scheduler's thread waits for the
+    device with the interpreter's lock let go and the thread's runs fit in that wait; on CPU the
+    forward pass keeps the cores busy and the thread only adds to them (both measured,
+    ``scripts/bench_queue.py``, docs/telemetry.md). A mismatch that stops the server
+    (``MEMRA_DSPARK_ON_MISMATCH=fail``) stops it from the run that decides: those runs stay on the
+    scheduler's thread."""
+    if on_mismatch == "fail":
+        return False, "ON_MISMATCH=fail"
+    if setting is not None:
+        return setting, f"MEMRA_DSPARK_QUEUE_THREAD={'1' if setting else '0'}"
+    return device not in (None, "cpu"), f"auto: device {device or 'unknown'}"
+
+
 NO_WORK = None
 """``WorkerRounds.work`` when neither host timing nor the sync debug mode is on: a round enters nothing."""
 
@@ -41,9 +59,17 @@ class WorkerRounds:
 
     @classmethod
     def attach(
-        cls, plan: ServePlan, ranks: AttentionRanks, worker: str, logger: logging.Logger, *, metrics: bool
+        cls,
+        plan: ServePlan,
+        ranks: AttentionRanks,
+        worker: str,
+        logger: logging.Logger,
+        *,
+        metrics: bool,
+        device: str | None = None,
     ) -> WorkerRounds | None:
-        """The round work of ``plan`` on a rank that keeps the telemetry, else None.
+        """The round work of ``plan`` on a rank that keeps the telemetry, else None; ``device`` is
+        sglang's resolved ``--device`` (``queue_on_thread``).
 
         That is the first rank of each attention group (its peers verify the same rounds); with
         data-parallel attention the first rank of every DP group, whose lines end with ``dp=N``.
@@ -65,9 +91,7 @@ class WorkerRounds:
             dp_rank=dp_rank,
             probe=probe,
         )
-        # A mismatch that stops the server (MEMRA_DSPARK_ON_MISMATCH=fail) stops it from the run that
-        # decides: those runs stay on the scheduler's thread.
-        thread = settings.queue_thread and plan.request.probe.on_mismatch != "fail"
+        thread, why = queue_on_thread(settings.queue_thread, device, plan.request.probe.on_mismatch)
         queue = DeferredRounds(telemetry, probe, settings.defer_rounds, thread=thread)
         exported = telemetry.metrics
         work = plugin_work(
@@ -79,7 +103,7 @@ class WorkerRounds:
         )
         logger.info(
             "DSPARK_HARVEST worker %s%s: harvest=%s (%s), block_size=%d, gamma=%d, verify_window=%d, "
-            "harvested rows %s, telemetry queue %s",
+            "harvested rows %s, telemetry queue %s (%s)",
             worker,
             "" if dp_rank is None else f" (dp {dp_rank})",
             plan.harvest.name(),
@@ -89,6 +113,7 @@ class WorkerRounds:
             geometry.verify_window,
             list(geometry.harvested_rows),
             "on its own thread" if thread else "on the scheduler's thread",
+            why,
         )
         telemetry.logger.info("%s", telemetry.describe())  # what `dspark-harvest report` reads gamma from
         return cls(telemetry, probe, queue, work)
@@ -151,4 +176,4 @@ def _rows(result: Any) -> RoundRows:
     return result.next_token_ids.tolist(), result.accept_lens.tolist(), block
 
 
-__all__ = ["NO_WORK", "WorkerRounds"]
+__all__ = ["NO_WORK", "WorkerRounds", "queue_on_thread"]

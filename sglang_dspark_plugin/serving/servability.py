@@ -24,9 +24,9 @@ from ..census.markov import HEAD_TYPES
 from ..checkpoint.headers import tensor_headers
 from ..errors import InvalidCheckpointError, UnsupportedCheckpointError
 from ..harvest import ENV_VAR, Resolution
+from ..releases import BY_VERSION, first_release
 from .layout import DFLASH, DSPARK, Arm, architectures_of
 from .refusal import ALGORITHM, ServeRefusal
-from .releases import BY_VERSION, first_release
 
 if TYPE_CHECKING:
     from .request import SglangSupport

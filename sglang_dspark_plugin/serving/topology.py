@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..releases import RELEASES, Release, first_release, spans
 from .layout import ARMS as _ARMS
 from .layout import Arm
 from .refusal import ALGORITHM, ServeRefusal
-from .releases import RELEASES, Release, first_release, spans
 
 if TYPE_CHECKING:
     from .request import LaunchRequest, SglangSupport

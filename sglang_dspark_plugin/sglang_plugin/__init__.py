@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..releases import untested_warning
 from ..serving import ALGORITHM
 from ..serving.refusal import SGLANG_FIX
-from ..serving.releases import untested_warning
 from ..util.logsafe import safe_logger
 from . import builtin, contract, hooks
 from .resolution import require_plan

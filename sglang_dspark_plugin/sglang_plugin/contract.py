@@ -10,9 +10,9 @@ from __future__ import annotations
 import functools
 import importlib
 
+from ..releases import TESTED
+from ..releases import installed_sglang as sglang_version
 from ..serving.refusal import WorkerContractError, contract_mismatch
-from ..serving.releases import TESTED
-from ..serving.releases import installed_sglang as sglang_version
 from ..serving.request import REQUEST_ARGS
 from ..util.contract_check import Entry, HookStatus, check_class_fields, check_entry, parse_entries
 from .hooks import HOOK_CONTRACT

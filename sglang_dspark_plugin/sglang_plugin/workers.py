@@ -101,7 +101,10 @@ class _HarvestWorkerMixin:
         group, tp_rank = _tp_cpu_group()
         check_rank_agreement(plan_agreement_values(plan), group)
         self._dspark_attach(
-            plan, tp_rank=tp_rank, enable_metrics=bool(getattr(server_args, "enable_metrics", 0))
+            plan,
+            tp_rank=tp_rank,
+            enable_metrics=bool(getattr(server_args, "enable_metrics", 0)),
+            device=optional_arg(server_args, "device"),
         )
         return plan
 
@@ -115,11 +118,19 @@ class _HarvestWorkerMixin:
         if rows is not None and isinstance(context, int):
             require_row_headroom(plan, int(rows.shape[1]) - context, int(mine.get("page_size") or 1))
 
-    def _dspark_attach(self, plan: ServePlan, *, tp_rank: int = 0, enable_metrics: bool = False) -> None:
-        """Keep ``plan`` and its round work on this rank (``WorkerRounds.attach``)."""
+    def _dspark_attach(
+        self, plan: ServePlan, *, tp_rank: int = 0, enable_metrics: bool = False, device: Any = None
+    ) -> None:
+        """Keep ``plan`` and its round work on this rank (``WorkerRounds.attach``; ``device``: sglang's
+        resolved ``--device``)."""
         self.dspark_plan, ranks = plan, attention_ranks(tp_rank)
         self.dspark_rounds = WorkerRounds.attach(
-            plan, ranks, type(self).__name__, logger, metrics=enable_metrics
+            plan,
+            ranks,
+            type(self).__name__,
+            logger,
+            metrics=enable_metrics,
+            device=device if isinstance(device, str) else None,
         )
 
     def note_request_finished(self, *, rid: str, natural_stop: bool) -> None:

@@ -250,15 +250,14 @@ class DeferredRounds:
 
     def _run_off(self, ops: list[tuple[int, Any]], flush: bool) -> None:
         """A run on the queue's thread: its CPU time counted, an error kept for the caller's thread."""
-        started = time.thread_time_ns()
+        started, pause = time.thread_time_ns(), LetGo(self.let_go_ns)
         try:
-            pause = LetGo(self.let_go_ns)
             self._run(ops, flush, pause)
-            self.let_go_times += pause.times
         except BaseException as error:  # raised again on the scheduler's thread: not lost
             logger.exception("DSPARK_HARVEST: the telemetry queue's run failed")
             self._failure = error
-        finally:
+        finally:  # a run that failed is counted too
+            self.let_go_times += pause.times
             self.thread_ns += time.thread_time_ns() - started
 
     def _raise_failure(self) -> None:

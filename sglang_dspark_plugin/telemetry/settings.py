@@ -55,7 +55,8 @@ class TelemetrySettings:
     host_timing: bool = False  # time the plugin's own host work per round (``HostCost``)
     sync_debug: bool = False  # the plugin's per-round work under CUDA's sync debug mode "error"
     request_log: bool = True  # one line per finished request, the per-request histogram
-    queue_thread: bool = False  # the queue's runs on a thread of their own (``DeferredRounds``)
+    queue_thread: bool | None = None  # the queue's runs on a thread of their own (``DeferredRounds``);
+    # None: auto, decided by the device the worker serves on (``serving.rounds.queue_on_thread``)
 
     @property
     def host_cost_every(self) -> int:
@@ -95,7 +96,11 @@ class TelemetrySettings:
             ("host_timing", isinstance(self.host_timing, bool), "True or False"),
             ("sync_debug", isinstance(self.sync_debug, bool), "True or False"),
             ("request_log", isinstance(self.request_log, bool), "True or False"),
-            ("queue_thread", isinstance(self.queue_thread, bool), "True or False"),
+            (
+                "queue_thread",
+                self.queue_thread is None or isinstance(self.queue_thread, bool),
+                "None, True or False",
+            ),
         )
         table.check_fields("TelemetrySettings", self, checks)
 
@@ -119,7 +124,9 @@ class TelemetrySettings:
             "request_log": table.REQUEST_LOG,
             "queue_thread": table.QUEUE_THREAD,
         }
-        return cls(**{field: table.read_setting(v.name, environ) for field, v in variables.items()})
+        values = {field: table.read_setting(v.name, environ) for field, v in variables.items()}
+        values["queue_thread"] = table.FLAG_WORDS.get(values["queue_thread"])  # "auto": None
+        return cls(**values)
 
     def to_json(self) -> dict[str, Any]:
         """JSON-able form (the level by name)."""
@@ -134,7 +141,7 @@ class TelemetrySettings:
             "host_timing": self.host_timing,
             "sync_debug": self.sync_debug,
             "request_log": self.request_log,
-            "queue_thread": self.queue_thread,
+            "queue_thread": "auto" if self.queue_thread is None else self.queue_thread,
         }
 
 

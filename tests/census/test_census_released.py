@@ -19,7 +19,7 @@ from sglang_dspark_plugin.errors import (
     InvalidCheckpointError,
     UnsupportedCheckpointError,
 )
-from sglang_dspark_plugin.serving.releases import RELEASES
+from sglang_dspark_plugin.releases import RELEASES
 
 RESOLVING = [f for f in RELEASED.values() if f.resolves]
 REFUSED = [f for f in RELEASED.values() if f.expect in ("unsupported", "invalid")]

@@ -25,7 +25,8 @@ from sglang_dspark_plugin.cli import main
 from sglang_dspark_plugin.embedded import EMBEDDED
 from sglang_dspark_plugin.errors import DsparkHarvestError
 from sglang_dspark_plugin.harvest import DsparkHarvest
-from sglang_dspark_plugin.serving.plain import (
+from sglang_dspark_plugin.releases import BY_VERSION, DFLASH, DSPARK
+from sglang_dspark_plugin.releases.plain import (
     MASK_FILL,
     NO_HEAD,
     SHIFTED,
@@ -35,7 +36,6 @@ from sglang_dspark_plugin.serving.plain import (
     plain_serve,
     plain_table,
 )
-from sglang_dspark_plugin.serving.releases import BY_VERSION, DFLASH, DSPARK
 
 ALL = {**FIXTURES, **RELEASED}
 DECLARED_FLAGS = {"config.json:sample_from_anchor", "config.json:dflash_config.sample_from_anchor"}

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from sglang_dspark_plugin import releases
 from sglang_dspark_plugin.cli import main
 from sglang_dspark_plugin.embedded import EMBEDDED
-from sglang_dspark_plugin.serving import releases
 
 MASKFILL = EMBEDDED.drafters["dspark-maskfill"]
 DECISIVE = ["--num-prompts", "5", "--max-new-tokens", "10", "--no-progress"]

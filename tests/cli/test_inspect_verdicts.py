@@ -18,8 +18,8 @@ from sglang_dspark_plugin.cli.inspect import inspect_checkpoint
 from sglang_dspark_plugin.embedded import EMBEDDED
 from sglang_dspark_plugin.errors import DsparkHarvestError, UsageError
 from sglang_dspark_plugin.harvest import ENV_VAR
+from sglang_dspark_plugin.releases import TESTED as SGLANG_VERSIONS
 from sglang_dspark_plugin.serving import LaunchRequest, SglangSupport, make_plan
-from sglang_dspark_plugin.serving.releases import TESTED as SGLANG_VERSIONS
 
 ALL_FIXTURES = {**FIXTURES, **RELEASED}
 DFLASH_FLAG, DSPARK_FLAG = "--speculative-dflash-block-size", "--speculative-dspark-block-size"

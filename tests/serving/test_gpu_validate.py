@@ -574,3 +574,34 @@ def test_served_outputs_are_judged_by_checks_rule() -> None:
     assert checks["plugin-auto: no departure beyond a near-tie vs no speculation"].ok
     bad = checks["plugin-dspark: no departure beyond a near-tie vs no speculation"]
     assert not bad.ok and f"{len(departures['plugin-dspark'])} clear departure(s)" in bad.detail
+
+
+def test_the_server_is_stopped_only_once_the_queues_thread_logged_every_request(tmp_path: Path) -> None:
+    """With the queue on its own thread (auto on a GPU) a request's line lands after its answer: the
+    script waits for each answered id's line before it stops the server; without the thread it does not
+    wait, and past its bound it names the ids still missing."""
+    import threading
+    import time
+
+    log = tmp_path / "server.log"
+    metas = [{"id": "a1"}, {"id": "b2"}]
+    log.write_text("telemetry queue on the scheduler's thread (auto: device cpu)\n", encoding="utf-8")
+    started = time.monotonic()
+    assert gv.await_request_lines(log, metas, timeout=30) == []
+    assert time.monotonic() - started < 5  # no thread: nothing to wait for
+
+    log.write_text(f"{gv.QUEUE_ON_THREAD} (auto: device cuda)\n", encoding="utf-8")
+
+    def late_lines() -> None:
+        time.sleep(0.5)
+        with open(log, "a", encoding="utf-8") as out:
+            out.write("dspark accept request rid=a1 rounds=3 accepted_drafts=5 accept_len=2.67 \n")
+            out.write("dspark accept request rid=b2 rounds=2 accepted_drafts=1 accept_len=1.50 \n")
+
+    writer = threading.Thread(target=late_lines)
+    started = time.monotonic()
+    writer.start()
+    assert gv.await_request_lines(log, metas, timeout=30) == []
+    writer.join()
+    assert time.monotonic() - started >= 0.5  # it waited for the lines
+    assert gv.await_request_lines(log, [*metas, {"id": "c3"}], timeout=0.2) == ["c3"]

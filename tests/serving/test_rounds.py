@@ -8,12 +8,13 @@ import logging
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import torch
 from checkpoints import write_checkpoint
 
 from sglang_dspark_plugin.serving import LaunchRequest, ServePlan, SglangSupport, make_plan
 from sglang_dspark_plugin.serving.placement import AttentionRanks
-from sglang_dspark_plugin.serving.rounds import NO_WORK, WorkerRounds
+from sglang_dspark_plugin.serving.rounds import NO_WORK, WorkerRounds, queue_on_thread
 
 LOG = logging.getLogger("test_rounds")
 
@@ -125,7 +126,8 @@ def test_the_queue_thread_setting_moves_the_runs_off_the_round_unless_a_mismatch
     from sglang_dspark_plugin.probe.live import ProbeSettings
 
     base = _plan(tmp_path)
-    assert not _attach(base).queue.threaded  # the default: on the scheduler's thread
+    assert base.request.telemetry.queue_thread is None  # the default: auto
+    assert not _attach(base).queue.threaded  # auto, no device known: on the scheduler's thread
 
     def with_(thread: bool, on_mismatch: str) -> WorkerRounds:
         telemetry = dataclasses.replace(base.request.telemetry, queue_thread=thread, host_timing=True)
@@ -145,3 +147,36 @@ def test_the_queue_thread_setting_moves_the_runs_off_the_round_unless_a_mismatch
     threaded.queue.close()
     failing = with_(True, "fail")
     assert not failing.queue.threaded and failing.work.cost.off_thread is None
+
+
+@pytest.mark.parametrize(
+    ("setting", "device", "on_mismatch", "thread", "why"),
+    [
+        (None, "cuda", "warn", True, "auto: device cuda"),
+        (None, "npu", "warn", True, "auto: device npu"),
+        (None, "cpu", "warn", False, "auto: device cpu"),
+        (None, None, "warn", False, "auto: device unknown"),
+        (True, "cpu", "warn", True, "MEMRA_DSPARK_QUEUE_THREAD=1"),
+        (False, "cuda", "warn", False, "MEMRA_DSPARK_QUEUE_THREAD=0"),
+        (None, "cuda", "fail", False, "ON_MISMATCH=fail"),
+        (True, "cuda", "fail", False, "ON_MISMATCH=fail"),
+    ],
+)
+def test_auto_takes_the_thread_on_an_accelerator_only(setting, device, on_mismatch, thread, why) -> None:
+    assert queue_on_thread(setting, device, on_mismatch) == (thread, why)
+
+
+def test_the_worker_on_an_accelerator_runs_its_queue_on_the_thread_and_says_why(
+    tmp_path: Path, caplog
+) -> None:
+    """Auto (the default) with sglang's resolved ``--device cuda``: the runs go to the queue's thread, and
+    the startup line says where and why; on ``cpu`` they stay on the scheduler's thread."""
+    plan = _plan(tmp_path)
+    with caplog.at_level(logging.INFO, logger=LOG.name):
+        on_gpu = WorkerRounds.attach(plan, FIRST, "Worker", LOG, metrics=False, device="cuda")
+        on_cpu = WorkerRounds.attach(plan, FIRST, "Worker", LOG, metrics=False, device="cpu")
+    assert on_gpu is not None and on_gpu.queue.threaded
+    assert on_cpu is not None and not on_cpu.queue.threaded
+    on_gpu.queue.close()
+    assert "telemetry queue on its own thread (auto: device cuda)" in caplog.text
+    assert "telemetry queue on the scheduler's thread (auto: device cpu)" in caplog.text

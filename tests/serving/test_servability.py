@@ -12,9 +12,9 @@ from released_checkpoints import RELEASED
 
 from sglang_dspark_plugin.cli import main
 from sglang_dspark_plugin.embedded import EMBEDDED
+from sglang_dspark_plugin.releases import BY_VERSION
+from sglang_dspark_plugin.releases import TESTED as SGLANG_VERSIONS
 from sglang_dspark_plugin.serving.layout import MASK_FILL, MASK_FILL_DSPARK, SHIFTED
-from sglang_dspark_plugin.serving.releases import BY_VERSION
-from sglang_dspark_plugin.serving.releases import TESTED as SGLANG_VERSIONS
 from sglang_dspark_plugin.serving.servability import unbuilt_reason
 
 BUILDS = None

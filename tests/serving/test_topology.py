@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sglang_dspark_plugin.releases import BY_VERSION
 from sglang_dspark_plugin.serving import layout
-from sglang_dspark_plugin.serving.releases import BY_VERSION
 from sglang_dspark_plugin.serving.topology import (
     ARMS,
     MEASURED,
@@ -68,7 +68,7 @@ def test_the_docs_hold_the_generated_table() -> None:
 
 
 def test_the_measured_topologies_are_those_of_the_tested_releases() -> None:
-    from sglang_dspark_plugin.serving.releases import TESTED
+    from sglang_dspark_plugin.releases import TESTED
     from sglang_dspark_plugin.serving.topology import MEASURED
 
     assert tuple(MEASURED) == TESTED  # every CI release has its row, and only those are measured here

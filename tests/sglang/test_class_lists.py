@@ -1,4 +1,4 @@
-"""The release table (``serving.releases``, sglang-free) holds this sglang's own row: its draft classes, read
+"""The release table (``releases``, sglang-free) holds this sglang's own row: its draft classes, read
 from the ``EntryClass`` of sglang's model modules (parsed, not imported), and the features the glue
 detects in its code (``resolution.sglang_support``, the adapter). ``scripts/release_matrix.py`` runs this
 on every release from 0.5.17 to 0.5.23.
@@ -12,8 +12,7 @@ from pathlib import Path
 
 import sglang
 
-from sglang_dspark_plugin.serving import SglangSupport
-from sglang_dspark_plugin.serving.releases import (
+from sglang_dspark_plugin.releases import (
     BY_VERSION,
     LAST_MEASURED,
     RELEASES,
@@ -21,6 +20,7 @@ from sglang_dspark_plugin.serving.releases import (
     nearest,
     untested_warning,
 )
+from sglang_dspark_plugin.serving import SglangSupport
 
 MODELS = Path(sglang.__file__).parent / "srt" / "models"
 TARGETS_WITH_A_DRAFT = ("deepseek_v4_dspark.py",)  # a target model bundling its DSpark head

@@ -1,7 +1,7 @@
 """``declare``'s engine table against the installed sglang: its reading is sglang's own parse, and each
 row of the installed release is proven with plain sglang launches (no plugin) on the declared copies.
 
-The reading (``serving.plain``) is checked against sglang's own ``parse_dspark_draft_config`` /
+The reading (``releases.plain``) is checked against sglang's own ``parse_dspark_draft_config`` /
 ``parse_dflash_draft_config`` (and 0.5.23's ``get_dspark_sample_from_anchor``) on every config of the
 census fixtures, the released formats and the embedded drafters. The served proof declares each embedded
 drafter and launches the row's builtin on the copy: a refused row's launch fails with sglang's own
@@ -28,7 +28,8 @@ from sglang_dspark_plugin.census.declaration import declare
 from sglang_dspark_plugin.embedded import EMBEDDED
 from sglang_dspark_plugin.engine import load_drafter, speculative_generate
 from sglang_dspark_plugin.harvest import DsparkHarvest
-from sglang_dspark_plugin.serving.plain import (
+from sglang_dspark_plugin.releases import BY_VERSION, DFLASH, DSPARK
+from sglang_dspark_plugin.releases.plain import (
     DEFAULT_DFLASH_BLOCK,
     DEFAULT_DSPARK_GAMMA,
     MASK_FILL,
@@ -38,7 +39,6 @@ from sglang_dspark_plugin.serving.plain import (
     plain_serve,
     plain_table,
 )
-from sglang_dspark_plugin.serving.releases import BY_VERSION, DFLASH, DSPARK
 
 VERSION = sglang.__version__
 RELEASE = BY_VERSION[VERSION]

@@ -191,8 +191,12 @@ def test_each_finished_request_gets_a_line_that_agrees_with_sglangs_meta_info(se
     import re
 
     got = served(run_name)
-    where = "on its own thread" if sc.RUNS[run_name].queue_thread else "on the scheduler's thread"
+    # the queue's place and why: the run that sets MEMRA_DSPARK_QUEUE_THREAD=1, else auto from the
+    # device sglang resolved (the harness serves on CPU)
+    threaded = sc.RUNS[run_name].queue_thread
+    where = "on its own thread (MEMRA_DSPARK_QUEUE_THREAD=1)" if threaded else "on the scheduler's thread"
     assert f"telemetry queue {where}" in got.log
+    assert threaded or "telemetry queue on the scheduler's thread (auto: device cpu)" in got.log
     lines = {
         rid: (int(rounds), int(accepted), float(mean))
         for rid, rounds, accepted, mean in re.findall(

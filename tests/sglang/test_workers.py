@@ -48,6 +48,7 @@ from sglang_dspark_plugin.errors import (
 )
 from sglang_dspark_plugin.geometry import RoundGeometry
 from sglang_dspark_plugin.harvest import ENV_VAR, DsparkHarvest
+from sglang_dspark_plugin.releases import BY_VERSION
 from sglang_dspark_plugin.serving import (
     MASK_FILL,
     MASK_FILL_DSPARK,
@@ -58,7 +59,6 @@ from sglang_dspark_plugin.serving import (
 )
 from sglang_dspark_plugin.serving.layout import ARMS
 from sglang_dspark_plugin.serving.rank_agreement import plan_agreement_values
-from sglang_dspark_plugin.serving.releases import BY_VERSION
 from sglang_dspark_plugin.serving.rounds import NO_WORK
 from sglang_dspark_plugin.serving.route import DFLASH_MODEL, DSPARK_MODEL, ZERO_HEAD, DraftRoute, ServedHead
 from sglang_dspark_plugin.serving.servability import check_servable

@@ -29,3 +29,17 @@ def test_each_policy_runs_where_it_says_and_lets_go_as_often_as_it_says():
         # 130 rounds in runs of 64, 64 and 2: every step lets go (130 / 3 runs), never none
         assert every["let_go_per_run"][0] == 130 / 3 and never["let_go_per_run"][0] == 0.0
         assert all(cell["wall_us"][0] > 0 and cell["sched_us"][0] > 0 for cell in cells.values())
+
+
+def test_a_device_wait_is_part_of_every_round():
+    """``--device-wait`` adds its wait to every round of every policy (the GPU host's model)."""
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--rounds", "40", "--repeats", "1", "--batch-sizes", "1"]
+        + ["--device-wait", "3000", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    cells = json.loads(proc.stdout)["1"]
+    assert all(cell["wall_us"][0] >= 3000 for cell in cells.values()), cells

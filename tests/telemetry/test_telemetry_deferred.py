@@ -247,6 +247,22 @@ def test_a_run_that_fails_on_the_queues_thread_fails_the_next_round(caplog) -> N
     rounds._thread.shutdown(wait=True)
 
 
+def test_a_run_that_fails_still_counts_its_time_and_how_often_it_let_go() -> None:
+    """A failed run's CPU time and its hand-overs of the lock are counted like any other run's."""
+
+    class Broken(AcceptTelemetry):
+        def on_verify_complete(self, *args, **kwargs):
+            raise RuntimeError("broken on purpose")
+
+    telemetry = Broken(GAMMA, DsparkHarvest.DFLASH, "census", (), settings=NO_ALARM)
+    rounds = DeferredRounds(telemetry, None, every=1, thread=True, let_go_ns=0)  # lets go before each step
+    rounds.round([1], None)
+    with pytest.raises(RuntimeError, match="broken on purpose"):
+        rounds.wait()
+    assert rounds.let_go_times == 1 and rounds.thread_ns > 0
+    rounds._thread.shutdown(wait=True)
+
+
 def test_closing_the_queue_runs_what_it_holds() -> None:
     """A normal stop runs the rounds still queued and pushes the counters (``close``): only a killed
     server loses them."""

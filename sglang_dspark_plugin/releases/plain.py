@@ -35,7 +35,7 @@ from typing import Any
 
 from ..census.markov import HEAD_KEY_SPELLINGS, HEAD_TYPES
 from ..harvest import DsparkHarvest
-from .releases import DFLASH, DSPARK, RELEASES, Release
+from . import DFLASH, DSPARK, RELEASES, Release
 
 SHIFTED, MASK_FILL = "shifted", "mask-fill"
 LAYOUT_OF_HARVEST = {DsparkHarvest.DSPARK: SHIFTED, DsparkHarvest.DFLASH: MASK_FILL}

@@ -1,4 +1,4 @@
-"""The release table is the one place per-release facts live (``serving/releases.py``): the "from
+"""The release table is the one place per-release facts live (``releases/__init__.py``): the "from
 0.5.19" of a message, the spans of releases alike, the support record of a release, each derived from the
 rows, so a row that changes changes every text that names it."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from sglang_dspark_plugin.serving.releases import BY_VERSION, RELEASES, first_release, spans
+from sglang_dspark_plugin.releases import BY_VERSION, RELEASES, first_release, spans
 from sglang_dspark_plugin.serving.request import SglangSupport
 
 
