@@ -23,8 +23,8 @@ first window, the engine's warm-up, left out). Probe modes:
   beside ``default`` (``--modes default,no-request-log``) for what the line costs.
 
 Each cell runs with the queue's runs on the scheduler's thread (``--queues inline``: what the default,
-``auto``, gives on CPU) and on a thread of their own (``thread``: ``MEMRA_DSPARK_QUEUE_THREAD=1``), side by side,
-one engine each, the cells interleaved. With the thread, ``plugin us`` is the scheduler's thread
+``auto``, gives on CPU) and on a thread of their own (``thread``: ``MEMRA_DSPARK_QUEUE_THREAD=1``), side
+by side, one engine each, the cells interleaved. With the thread, ``plugin us`` is the scheduler's thread
 only; the thread's own CPU time per round is printed beside (``thread us``) and counted in the second
 fraction (``with thread``), the honest one where the host's cores are busy. The mean round interval is
 printed too: a thread holding the interpreter's lock when the scheduler wants it delays a round now

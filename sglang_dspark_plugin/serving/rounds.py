@@ -66,10 +66,10 @@ class WorkerRounds:
         logger: logging.Logger,
         *,
         metrics: bool,
-        device: str | None = None,
+        device: object = None,
     ) -> WorkerRounds | None:
         """The round work of ``plan`` on a rank that keeps the telemetry, else None; ``device`` is
-        sglang's resolved ``--device`` (``queue_on_thread``).
+        sglang's resolved ``--device`` (``queue_on_thread``; anything but a string: unknown).
 
         That is the first rank of each attention group (its peers verify the same rounds); with
         data-parallel attention the first rank of every DP group, whose lines end with ``dp=N``.
@@ -91,7 +91,8 @@ class WorkerRounds:
             dp_rank=dp_rank,
             probe=probe,
         )
-        thread, why = queue_on_thread(settings.queue_thread, device, plan.request.probe.on_mismatch)
+        on_mismatch, device = plan.request.probe.on_mismatch, device if isinstance(device, str) else None
+        thread, why = queue_on_thread(settings.queue_thread, device, on_mismatch)
         queue = DeferredRounds(telemetry, probe, settings.defer_rounds, thread=thread)
         exported = telemetry.metrics
         work = plugin_work(

@@ -100,12 +100,8 @@ class _HarvestWorkerMixin:
         check_served_draft(plan, optional_arg(server_args, "speculative_draft_model_path"))
         group, tp_rank = _tp_cpu_group()
         check_rank_agreement(plan_agreement_values(plan), group)
-        self._dspark_attach(
-            plan,
-            tp_rank=tp_rank,
-            enable_metrics=bool(getattr(server_args, "enable_metrics", 0)),
-            device=optional_arg(server_args, "device"),
-        )
+        metrics, device = bool(getattr(server_args, "enable_metrics", 0)), optional_arg(server_args, "device")
+        self._dspark_attach(plan, tp_rank=tp_rank, enable_metrics=metrics, device=device)
         return plan
 
     def _dspark_check_rows(self, plan: ServePlan) -> None:
@@ -121,16 +117,10 @@ class _HarvestWorkerMixin:
     def _dspark_attach(
         self, plan: ServePlan, *, tp_rank: int = 0, enable_metrics: bool = False, device: Any = None
     ) -> None:
-        """Keep ``plan`` and its round work on this rank (``WorkerRounds.attach``; ``device``: sglang's
-        resolved ``--device``)."""
+        """Keep ``plan`` and its round work on this rank (``WorkerRounds.attach``; sglang's ``device``)."""
         self.dspark_plan, ranks = plan, attention_ranks(tp_rank)
         self.dspark_rounds = WorkerRounds.attach(
-            plan,
-            ranks,
-            type(self).__name__,
-            logger,
-            metrics=enable_metrics,
-            device=device if isinstance(device, str) else None,
+            plan, ranks, type(self).__name__, logger, metrics=enable_metrics, device=device
         )
 
     def note_request_finished(self, *, rid: str, natural_stop: bool) -> None:
@@ -184,8 +174,7 @@ WORKERS: dict[Arm, type] = {
 
 def parent_worker_of(cls: type) -> type:
     """The sglang worker class a plugin worker subclasses: the one its arm names."""
-    parent: type = _parent(cls.dspark_layout)  # type: ignore[attr-defined]
-    return parent
+    return _parent(cls.dspark_layout)  # type: ignore[attr-defined]
 
 
 def worker_class_for(layout: Arm) -> type:
