@@ -25,21 +25,22 @@ if TYPE_CHECKING:
     from .plan import ServePlan
 
 
-def queue_on_thread(setting: bool | None, device: str | None, on_mismatch: str) -> tuple[bool, str]:
+def queue_on_thread(setting: bool | None, device: object, on_mismatch: str) -> tuple[bool, str]:
     """Whether the queue's runs go to a thread of their own, and why (the startup line's words).
 
     ``setting`` is ``MEMRA_DSPARK_QUEUE_THREAD`` (None: auto) and ``device`` sglang's resolved
-    ``--device``. Auto takes the thread on an accelerator, where the scheduler's thread waits for the
-    device with the interpreter's lock let go and the thread's runs fit in that wait; on CPU the
-    forward pass keeps the cores busy and the thread only adds to them (both measured,
-    ``scripts/bench_queue.py``, docs/telemetry.md). A mismatch that stops the server
+    ``--device`` (anything but a string: unknown). Auto takes the thread on an accelerator, where the
+    scheduler's thread waits for the device with the interpreter's lock let go and the thread's runs
+    fit in that wait; on CPU the forward pass keeps the cores busy and the thread only adds to them
+    (both measured, ``scripts/bench_queue.py``, docs/telemetry.md). A mismatch that stops the server
     (``MEMRA_DSPARK_ON_MISMATCH=fail``) stops it from the run that decides: those runs stay on the
     scheduler's thread."""
     if on_mismatch == "fail":
         return False, "ON_MISMATCH=fail"
     if setting is not None:
         return setting, f"MEMRA_DSPARK_QUEUE_THREAD={'1' if setting else '0'}"
-    return device not in (None, "cpu"), f"auto: device {device or 'unknown'}"
+    known = device if isinstance(device, str) and device else None
+    return known not in (None, "cpu"), f"auto: device {known or 'unknown'}"
 
 
 NO_WORK = None
@@ -69,7 +70,7 @@ class WorkerRounds:
         device: object = None,
     ) -> WorkerRounds | None:
         """The round work of ``plan`` on a rank that keeps the telemetry, else None; ``device`` is
-        sglang's resolved ``--device`` (``queue_on_thread``; anything but a string: unknown).
+        sglang's resolved ``--device`` (``queue_on_thread``).
 
         That is the first rank of each attention group (its peers verify the same rounds); with
         data-parallel attention the first rank of every DP group, whose lines end with ``dp=N``.
@@ -91,8 +92,7 @@ class WorkerRounds:
             dp_rank=dp_rank,
             probe=probe,
         )
-        on_mismatch, device = plan.request.probe.on_mismatch, device if isinstance(device, str) else None
-        thread, why = queue_on_thread(settings.queue_thread, device, on_mismatch)
+        thread, why = queue_on_thread(settings.queue_thread, device, plan.request.probe.on_mismatch)
         queue = DeferredRounds(telemetry, probe, settings.defer_rounds, thread=thread)
         exported = telemetry.metrics
         work = plugin_work(

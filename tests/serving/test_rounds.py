@@ -156,6 +156,7 @@ def test_the_queue_thread_setting_moves_the_runs_off_the_round_unless_a_mismatch
         (None, "npu", "warn", True, "auto: device npu"),
         (None, "cpu", "warn", False, "auto: device cpu"),
         (None, None, "warn", False, "auto: device unknown"),
+        (None, 0, "warn", False, "auto: device unknown"),  # not a string: unknown
         (True, "cpu", "warn", True, "MEMRA_DSPARK_QUEUE_THREAD=1"),
         (False, "cuda", "warn", False, "MEMRA_DSPARK_QUEUE_THREAD=0"),
         (None, "cuda", "fail", False, "ON_MISMATCH=fail"),
